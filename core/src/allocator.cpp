@@ -1,0 +1,440 @@
+// The caching-allocator simulation (allocator.hpp). The function names follow
+// c10/cuda/CUDACachingAllocator.cpp (DeviceCachingAllocator: malloc, get_free_block,
+// alloc_block, release_available_cached_blocks, release_cached_blocks, alloc_found_block,
+// free_block, try_merge_blocks, find_expandable_block, map_block, unmap_block), so each rule
+// can be checked against the source it comes from.
+#include "memfit/allocator.hpp"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "memfit/error.hpp"
+
+namespace memfit::alloc {
+
+namespace {
+
+using u64 = std::uint64_t;
+constexpr int kNone = -1;
+// Segment addresses are synthetic; expandable segments reserve this much address space when
+// no device limit is given (PyTorch reserves the device's total memory).
+constexpr u64 kUnlimitedVirtual = u64{1} << 40;
+
+struct Block {
+  u64 ptr = 0, size = 0, requested = 0;
+  int prev = kNone, next = kNone;
+  int expandable = kNone;  ///< the expandable segment it belongs to, or kNone (a cudaMalloc segment)
+  bool small = false, allocated = false, mapped = true;
+};
+
+/// Free blocks by (size, address): lower_bound is the best fit. Unmapped ranges by address.
+struct Pool {
+  bool small = false;
+  std::set<std::tuple<u64, u64, int>> free;
+  std::set<std::pair<u64, int>> unmapped;
+};
+
+struct Sim {
+  Config cfg;
+  std::vector<Block> blocks;
+  std::vector<int> spare;  ///< indexes of dead blocks, reused
+  Pool small{true, {}, {}}, large{false, {}, {}};
+  std::vector<int> live;   ///< allocation number -> block (kNone once freed)
+  u64 next_address = kLargeBuffer;  ///< segment bases are multiples of 20 MiB (page-aligned)
+  int expandable_segments = 0;
+  Stats st;
+
+  Pool& pool_of(const Block& b) { return b.small ? small : large; }
+};
+
+int new_block(Sim& s, const Block& b) {
+  if (!s.spare.empty()) {
+    const int i = s.spare.back();
+    s.spare.pop_back();
+    s.blocks[static_cast<size_t>(i)] = b;
+    return i;
+  }
+  s.blocks.push_back(b);
+  return static_cast<int>(s.blocks.size() - 1);
+}
+
+Block& at(Sim& s, int i) { return s.blocks[static_cast<size_t>(i)]; }
+
+void insert_free(Sim& s, int i) {
+  Block& b = at(s, i);
+  if (b.mapped) s.pool_of(b).free.emplace(b.size, b.ptr, i);
+  else s.pool_of(b).unmapped.emplace(b.ptr, i);
+}
+
+void erase_free(Sim& s, int i) {
+  Block& b = at(s, i);
+  if (b.mapped) s.pool_of(b).free.erase({b.size, b.ptr, i});
+  else s.pool_of(b).unmapped.erase({b.ptr, i});
+}
+
+/// roundup_power2_next_division: the next of N equal steps between two powers of two.
+u64 roundup_power2_next_division(u64 size, u64 divisions) {
+  if (size <= 4 || divisions <= 1 || (size & (size - 1)) == 0) return size;
+  u64 floor2 = u64{1} << (63 - __builtin_clzll(size));
+  const u64 step = floor2 >> (63 - __builtin_clzll(divisions));
+  if (step == 0) return floor2 << 1;
+  const u64 down = size & ~(step - 1);
+  return down == size ? size : down + step;
+}
+
+u64 allocation_size(u64 size) {  // get_allocation_size
+  if (size <= kSmallSize) return kSmallBuffer;
+  if (size < kMinLargeAlloc) return kLargeBuffer;
+  return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+}
+
+bool should_split(const Sim& s, const Block& b, u64 size) {
+  const u64 remaining = b.size - size;
+  if (b.small || s.cfg.expandable_segments) return remaining >= kMinBlockSize;
+  return size < s.cfg.max_split_size && remaining > kSmallSize;
+}
+
+u64 expandable_size(const Sim& s, const Block& b) {  // what a free tail block can grow to
+  return b.size + (b.next != kNone && !s.blocks[static_cast<size_t>(b.next)].mapped ? s.blocks[static_cast<size_t>(b.next)].size : 0);
+}
+
+/// get_free_block: the smallest cached block that fits, within the oversize rules.
+int get_free_block(Sim& s, Pool& pool, u64 size) {
+  auto it = pool.free.lower_bound({size, 0, kNone});
+  if (it == pool.free.end()) return kNone;
+  if (at(s, std::get<2>(*it)).expandable != kNone) {
+    // A free block that can still grow counts at the size it can grow to.
+    for (auto next = std::next(it); next != pool.free.end() &&
+                                    expandable_size(s, at(s, std::get<2>(*next))) < expandable_size(s, at(s, std::get<2>(*it)));
+         ++next)
+      it = next;
+  }
+  const u64 found = std::get<0>(*it);
+  if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
+  if (size >= s.cfg.max_split_size && found >= size + kLargeBuffer) return kNone;
+  const int i = std::get<2>(*it);
+  pool.free.erase(it);
+  return i;
+}
+
+void note_reserved(Sim& s, u64 delta_plus, u64 delta_minus) {
+  s.st.reserved = s.st.reserved + delta_plus - delta_minus;
+  if (s.st.reserved > s.st.peak_reserved) {
+    s.st.peak_reserved = s.st.reserved;
+    s.st.allocated_at_peak_reserved = kNoLimit;  // filled in when the allocation completes
+  }
+}
+
+bool fits_device(const Sim& s, u64 bytes) {
+  return s.cfg.device_limit == kNoLimit || s.st.reserved + bytes <= s.cfg.device_limit;
+}
+
+/// alloc_block without expandable segments: one cudaMalloc of the pool's segment size.
+int alloc_segment(Sim& s, Pool& pool, u64 alloc_size) {
+  if (!fits_device(s, alloc_size)) return kNone;
+  Block b;
+  b.ptr = s.next_address;
+  b.size = alloc_size;
+  b.small = pool.small;
+  s.next_address += (alloc_size + kLargeBuffer) / kLargeBuffer * kLargeBuffer;
+  ++s.st.segments;
+  ++s.st.device_allocs;
+  s.st.peak_segments = std::max(s.st.peak_segments, s.st.segments);
+  note_reserved(s, alloc_size, 0);
+  return new_block(s, b);
+}
+
+/// try_merge_blocks: `src` (a neighbour of `dst`) joins `dst` when it is free and equally mapped.
+void try_merge(Sim& s, int dst, int src) {
+  if (src == kNone) return;
+  Block& d = at(s, dst);
+  Block& o = at(s, src);
+  if (o.allocated || o.mapped != d.mapped) return;
+  erase_free(s, src);
+  if (d.prev == src) {
+    d.ptr = o.ptr;
+    d.prev = o.prev;
+    if (d.prev != kNone) at(s, d.prev).next = dst;
+  } else {
+    d.next = o.next;
+    if (d.next != kNone) at(s, d.next).prev = dst;
+  }
+  d.size += o.size;
+  s.spare.push_back(src);
+}
+
+u64 page_of(const Block& b) { return b.small ? kSmallBuffer : kLargeBuffer; }
+
+/// find_expandable_block: the lowest free-or-unmapped run with `size` bytes of room, or a new
+/// expandable segment (wholly unmapped) when there is none.
+int find_expandable_block(Sim& s, Pool& pool, u64 size) {
+  auto allocatable = [&](int i) { return i != kNone && !at(s, i).allocated; };
+  for (const auto& [ptr, idx] : pool.unmapped) {
+    int c = allocatable(at(s, idx).prev) ? at(s, idx).prev : idx;
+    u64 room = 0;
+    for (int b = c; room < size && allocatable(b); b = at(s, b).next) room += at(s, b).size;
+    if (room >= size) return c;
+  }
+  const u64 page = pool.small ? kSmallBuffer : kLargeBuffer;
+  const u64 virt = s.cfg.device_limit == kNoLimit ? kUnlimitedVirtual : (s.cfg.device_limit + page - 1) / page * page;
+  Block b;
+  b.ptr = s.next_address;
+  b.size = virt;
+  b.small = pool.small;
+  b.mapped = false;
+  b.expandable = s.expandable_segments++;
+  s.next_address += (virt + kLargeBuffer) / kLargeBuffer * kLargeBuffer;
+  ++s.st.segments;
+  s.st.peak_segments = std::max(s.st.peak_segments, s.st.segments);
+  const int i = new_block(s, b);
+  insert_free(s, i);
+  return i;
+}
+
+/// map_block: maps whole pages from the start of an unmapped range, merges with free neighbours.
+bool map_block(Sim& s, int i, u64 size) {
+  Block& b = at(s, i);
+  const u64 page = page_of(b);
+  const u64 mapped = std::min(b.size, (size + page - 1) / page * page);
+  if (!fits_device(s, mapped)) return false;
+  erase_free(s, i);
+  if (mapped < b.size) {
+    Block rest = b;
+    rest.ptr = b.ptr + mapped;
+    rest.size = b.size - mapped;
+    rest.prev = i;
+    const int r = new_block(s, rest);  // may reallocate: no references to blocks past here
+    if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
+    at(s, i).next = r;
+    at(s, i).size = mapped;
+    insert_free(s, r);
+  }
+  at(s, i).mapped = true;
+  try_merge(s, i, at(s, i).prev);
+  try_merge(s, i, at(s, i).next);
+  insert_free(s, i);
+  ++s.st.device_allocs;
+  note_reserved(s, mapped, 0);
+  return true;
+}
+
+/// try_allocate_expandable_block: maps pages until a free run of `size` bytes exists.
+int try_allocate_expandable(Sim& s, Pool& pool, u64 size) {
+  int c = find_expandable_block(s, pool, size);
+  if (!at(s, c).mapped && !map_block(s, c, std::min(at(s, c).size, size))) return kNone;
+  while (at(s, c).size < size) {
+    const int next = at(s, c).next;
+    if (!map_block(s, next, std::min(size - at(s, c).size, at(s, next).size))) return kNone;
+    c = next;  // map_block merged the free `c` into `next`
+  }
+  erase_free(s, c);
+  return c;
+}
+
+/// release_block: cudaFree of a wholly free segment.
+void release_block(Sim& s, int i) {
+  erase_free(s, i);
+  --s.st.segments;
+  ++s.st.device_frees;
+  note_reserved(s, 0, at(s, i).size);
+  s.spare.push_back(i);
+}
+
+/// unmap_block: unmaps the whole pages inside a free block of an expandable segment.
+void unmap_block(Sim& s, int i) {
+  const Block b = at(s, i);
+  const u64 page = page_of(b);
+  const u64 begin = (b.ptr + page - 1) / page * page, end = (b.ptr + b.size) / page * page;
+  if (end <= begin) return;
+  erase_free(s, i);
+  auto split_off = [&](u64 ptr, u64 size, bool before) {
+    Block part = b;
+    part.ptr = ptr;
+    part.size = size;
+    const int p = new_block(s, part);
+    Block& me = at(s, i);
+    if (before) {
+      at(s, p).prev = me.prev;
+      at(s, p).next = i;
+      if (me.prev != kNone) at(s, me.prev).next = p;
+      me.prev = p;
+    } else {
+      at(s, p).prev = i;
+      at(s, p).next = me.next;
+      if (me.next != kNone) at(s, me.next).prev = p;
+      me.next = p;
+    }
+    insert_free(s, p);
+  };
+  if (begin > b.ptr) split_off(b.ptr, begin - b.ptr, true);
+  if (b.ptr + b.size > end) split_off(end, b.ptr + b.size - end, false);
+  at(s, i).ptr = begin;
+  at(s, i).size = end - begin;
+  at(s, i).mapped = false;
+  try_merge(s, i, at(s, i).prev);
+  try_merge(s, i, at(s, i).next);
+  ++s.st.device_frees;
+  note_reserved(s, 0, end - begin);
+  if (at(s, i).prev == kNone && at(s, i).next == kNone) {  // release_expandable_segment
+    --s.st.segments;
+    s.spare.push_back(i);
+  } else {
+    insert_free(s, i);
+  }
+}
+
+/// release_cached_blocks: every wholly free segment (expandable: every free page) goes back.
+void release_cached_blocks(Sim& s) {
+  for (Pool* pool : {&s.large, &s.small}) {
+    std::vector<int> candidates;
+    for (const auto& e : pool->free) candidates.push_back(std::get<2>(e));
+    for (int i : candidates) {
+      const Block& b = at(s, i);
+      if (b.expandable != kNone) unmap_block(s, i);
+      else if (b.prev == kNone && b.next == kNone) release_block(s, i);
+    }
+  }
+}
+
+/// release_available_cached_blocks: with max_split_size set, frees oversize cached segments
+/// (the smallest one that is large enough, else the largest ones) before a retry.
+bool release_available_cached_blocks(Sim& s, Pool& pool, u64 size) {
+  if (s.cfg.max_split_size == kNoLimit) return false;
+  const u64 key = std::max(size, s.cfg.max_split_size);
+  auto whole = [&](int i) { return at(s, i).prev == kNone && at(s, i).next == kNone && at(s, i).expandable == kNone; };
+  auto it = pool.free.lower_bound({key, 0, kNone});
+  if (it != pool.free.end()) {
+    if (!whole(std::get<2>(*it))) return false;
+    release_block(s, std::get<2>(*it));
+    return true;
+  }
+  u64 released = 0;
+  while (released < key && !pool.free.empty()) {
+    const auto last = std::prev(pool.free.end());
+    if (std::get<0>(*last) < s.cfg.max_split_size || !whole(std::get<2>(*last))) break;
+    released += std::get<0>(*last);
+    release_block(s, std::get<2>(*last));
+  }
+  return released >= key;
+}
+
+int alloc_block(Sim& s, Pool& pool, u64 size) {
+  if (s.cfg.expandable_segments) return try_allocate_expandable(s, pool, size);
+  return alloc_segment(s, pool, allocation_size(size));
+}
+
+/// alloc_found_block: splits off the remainder when the split rules allow, marks it allocated.
+int alloc_found_block(Sim& s, int i, u64 size, u64 requested) {
+  if (should_split(s, at(s, i), size)) {
+    Block rest = at(s, i);
+    rest.ptr += size;
+    rest.size -= size;
+    rest.prev = i;
+    const int r = new_block(s, rest);
+    if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
+    at(s, i).next = r;
+    at(s, i).size = size;
+    insert_free(s, r);
+  }
+  Block& b = at(s, i);
+  b.allocated = true;
+  b.requested = requested;
+  s.st.allocated += b.size;
+  s.st.requested += requested;
+  s.st.peak_allocated = std::max(s.st.peak_allocated, s.st.allocated);
+  s.st.peak_requested = std::max(s.st.peak_requested, s.st.requested);
+  if (s.st.allocated_at_peak_reserved == kNoLimit) s.st.allocated_at_peak_reserved = s.st.allocated;
+  return i;
+}
+
+/// malloc: search the pool, else a new segment, else release the cache and retry; kNone = OOM.
+int malloc_block(Sim& s, u64 requested) {
+  const u64 size = rounded_size(requested, s.cfg);
+  Pool& pool = size <= kSmallSize ? s.small : s.large;
+  int i = get_free_block(s, pool, size);
+  if (i == kNone) i = alloc_block(s, pool, size);
+  if (i == kNone && release_available_cached_blocks(s, pool, size)) i = alloc_block(s, pool, size);
+  if (i == kNone) {
+    ++s.st.retries;
+    release_cached_blocks(s);
+    i = alloc_block(s, pool, size);
+  }
+  return i == kNone ? kNone : alloc_found_block(s, i, size, requested);
+}
+
+/// free + free_block: the block returns to its pool, merged with free neighbours.
+void free_block(Sim& s, int i) {
+  Block& b = at(s, i);
+  b.allocated = false;
+  s.st.allocated -= b.size;
+  s.st.requested -= b.requested;
+  try_merge(s, i, at(s, i).prev);
+  try_merge(s, i, at(s, i).next);
+  insert_free(s, i);
+}
+
+std::vector<SegmentView> segment_views(Sim& s) {
+  std::vector<std::pair<u64, int>> heads;
+  std::vector<bool> dead(s.blocks.size(), false);
+  for (int i : s.spare) dead[static_cast<size_t>(i)] = true;
+  for (size_t i = 0; i < s.blocks.size(); ++i)
+    if (!dead[i] && s.blocks[i].prev == kNone) heads.emplace_back(s.blocks[i].ptr, static_cast<int>(i));
+  std::sort(heads.begin(), heads.end());
+  std::vector<SegmentView> out;
+  for (const auto& [ptr, head] : heads) {
+    SegmentView v;
+    v.small_pool = at(s, head).small;
+    for (int b = head; b != kNone; b = at(s, b).next) v.blocks.push_back({at(s, b).size, at(s, b).allocated, at(s, b).mapped});
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Event> events_from_signed(const std::vector<std::int64_t>& trace) {
+  std::vector<Event> out;
+  out.reserve(trace.size());
+  for (std::int64_t v : trace) {
+    if (v > 0) out.push_back({false, static_cast<u64>(v)});
+    else if (v < 0) out.push_back({true, static_cast<u64>(-(v + 1))});
+  }
+  return out;
+}
+
+u64 rounded_size(u64 bytes, const Config& c) {
+  if (bytes < kMinBlockSize) return kMinBlockSize;
+  const u64 div = c.roundup_power2_divisions;
+  if (div > 1 && bytes > kMinBlockSize * div) return roundup_power2_next_division(bytes, div);
+  return kMinBlockSize * ((bytes + kMinBlockSize - 1) / kMinBlockSize);
+}
+
+Result simulate(const std::vector<Event>& trace, const Config& c) {
+  Sim s;
+  s.cfg = c;
+  for (size_t n = 0; n < trace.size(); ++n) {
+    const Event& e = trace[n];
+    if (!e.free) {
+      const int i = malloc_block(s, e.value);
+      if (i == kNone) {
+        s.st.oom = true;
+        s.st.oom_event = n;
+        s.st.oom_bytes = e.value;
+        break;
+      }
+      s.live.push_back(i);
+      continue;
+    }
+    if (e.value >= s.live.size() || s.live[e.value] == kNone)
+      throw Error("allocation trace: event " + std::to_string(n) + " frees allocation " + std::to_string(e.value) +
+                  ", which is not live (a trace lists each allocation once, then its one free)");
+    free_block(s, s.live[e.value]);
+    s.live[e.value] = kNone;
+  }
+  if (s.st.allocated_at_peak_reserved == kNoLimit) s.st.allocated_at_peak_reserved = s.st.allocated;
+  return {s.st, segment_views(s)};
+}
+
+}  // namespace memfit::alloc
