@@ -47,6 +47,8 @@ int usage() {
                "  --tolerance PCT       largest |error| that passes (default 2)\n"
                "  --record FILE         append the measurements (JSON lines, with the full case) for --replay\n"
                "  --dry-run             print the commands, cases and estimates; run nothing\n"
+               "  --trace               record each case's allocation trace and replay it through the simulated\n"
+               "                        CUDA caching allocator (a reserved-memory table after the report)\n"
                "  --gpu NAME|GIB        GPU for the fits verdict when the case names none (dry runs; CUDA runs\n"
                "                        otherwise use the GPU the workload reports)\n"
                "  --json | --markdown   output format (default: a text table)\n"
@@ -73,6 +75,7 @@ Options parse_args(const std::vector<std::string>& args) {
     if (a == "--json") o.format = Format::Json;
     else if (a == "--markdown") o.format = Format::Markdown;
     else if (a == "--dry-run") o.dry_run = true;
+    else if (a == "--trace") o.trace = true;
     else if (a == "--verbose" || a == "-v") o.verbose = true;
     else if (a == "--quiet" || a == "-q") o.quiet = true;
     else if (is(a, "--device")) o.device = value(i, a, "--device");
@@ -143,6 +146,8 @@ int run(const Options& o) {
   Problems problems;
   std::vector<Case> cases = load_cases(o, root, problems);
   const json gpu = gpu_option(o.gpu);
+  if (o.trace)
+    for (Case& k : cases) k.workload["measure"]["trace"] = true;
   estimate_all(cases, o.device, o.device == "cuda" ? gpu : json(), problems);
   throw_problems(o.cases_path, problems);
   const std::string workload = workload_path(o, root);

@@ -31,8 +31,10 @@ struct Options {
   std::string cases_path, replay_path, device, launcher, python, record_path, workload, gpu, work_dir;
   std::vector<std::string> filters;
   double tolerance = 2.0;
+  double reserved_tolerance = 3.0;  // trace replays (reported, not gated)
   Format format = Format::Table;
   bool dry_run = false, verbose = false, quiet = false;
+  bool trace = false;       // --trace: the workload records allocation traces (measure.trace)
   int jobs = 0;             // 0: from the core count (CPU), 1 on CUDA
   double timeout_s = 3600;  // per workload process
 };

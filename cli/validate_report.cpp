@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <set>
 
+#include "validate_allocator.hpp"
 #include "validate_compare.hpp"
 
 namespace memfit::cli::validate {
@@ -238,6 +239,7 @@ int report_all(const std::vector<Case>& cases, const Options& o, const std::stri
   if (o.format == Format::Json) print_json(reps, s, o, source);
   else if (o.format == Format::Markdown) print_markdown(reps, s, o, header_line(cases, o, source));
   else print_table(reps, s, o, header_line(cases, o, source));
+  if (o.format != Format::Json) print_trace_replays(replay_traces(cases), o.format == Format::Markdown, o.reserved_tolerance);
   std::fflush(stdout);
   return s.exit_code;
 }

@@ -21,6 +21,12 @@ Those are invisible to the live-tensor view by construction; ``allocator_peak``
 in workload.py (CPU profiler memory events) sees them.
 
 Bytes are counted exactly (``storage.nbytes()``), with no allocator rounding.
+
+``record_trace=True`` also keeps the allocation trace in ``trace``: the storages' births and
+deaths in the order they happened, as signed integers (n > 0: a storage of n bytes is born,
+it is allocation k if it is the k-th such entry; -k - 1: allocation k dies). A resize is a
+death and a birth. ``memfit validate`` replays it through its simulation of the CUDA caching
+allocator (core/src/allocator.cpp) to get the reserved peak CUDA would reach for it.
 On CUDA the caching allocator rounds each block up to 512 B; ``round_to`` lets a
 caller mimic that, but workload.py uses torch.cuda's own statistics on CUDA.
 
@@ -76,13 +82,14 @@ def storages_of(t: torch.Tensor) -> list:
 
 
 class _Entry:
-    __slots__ = ("nbytes", "cat", "device", "ref")
+    __slots__ = ("nbytes", "cat", "device", "ref", "tid")
 
     def __init__(self, nbytes: int, cat: str, device: str):
         self.nbytes = nbytes
         self.cat = cat
         self.device = device
         self.ref = None
+        self.tid = -1  # allocation number in the trace (-1: none)
 
 
 class PhaseStats:
@@ -120,8 +127,10 @@ class LiveTensorTracker(TorchDispatchMode):
         tr.peak_bytes, tr.phases["forward"].as_dict()
     """
 
-    def __init__(self, device_filter: Optional[str] = None, round_to: int = 1):
+    def __init__(self, device_filter: Optional[str] = None, round_to: int = 1, record_trace: bool = False):
         super().__init__()
+        self.trace: Optional[list] = [] if record_trace else None
+        self._allocs = 0
         self.device_filter = device_filter  # e.g. "cpu": ignore storages elsewhere
         self.round_to = max(1, int(round_to))
         self._entries: Dict[int, _Entry] = {}
@@ -154,10 +163,28 @@ class LiveTensorTracker(TorchDispatchMode):
                 ph.peak = self.current
                 ph.peak_breakdown = dict(self.by_cat)
 
+    def _trace_birth(self, e: _Entry) -> None:
+        if self.trace is not None and e.nbytes:
+            e.tid = self._allocs
+            self._allocs += 1
+            self.trace.append(e.nbytes)
+
+    def _trace_death(self, e: _Entry) -> None:
+        if self.trace is not None and e.tid >= 0:
+            self.trace.append(-e.tid - 1)
+            e.tid = -1
+
+    def _resized(self, e: _Entry, nb: int) -> None:
+        self._bump(e.cat, nb - e.nbytes)
+        self._trace_death(e)
+        e.nbytes = nb
+        self._trace_birth(e)
+
     def _on_dead(self, key: int, _ref) -> None:
         e = self._entries.pop(key, None)
         if e is not None and e.nbytes:
             self._bump(e.cat, -e.nbytes)
+            self._trace_death(e)
 
     def _register(self, st, cat: str, retag: bool) -> None:
         key = id(st)
@@ -166,8 +193,7 @@ class LiveTensorTracker(TorchDispatchMode):
             # known storage: maybe its size changed (resize_ via ATen op) or its role
             nb = self._size(st.nbytes())
             if nb != e.nbytes:
-                self._bump(e.cat, nb - e.nbytes)
-                e.nbytes = nb
+                self._resized(e, nb)
             if retag and e.cat != cat:
                 self.by_cat[e.cat] -= e.nbytes
                 self.by_cat[cat] = self.by_cat.get(cat, 0) + e.nbytes
@@ -182,6 +208,7 @@ class LiveTensorTracker(TorchDispatchMode):
         self._entries[key] = e
         if nb:
             self._bump(cat, nb)
+            self._trace_birth(e)
 
     # ------------------------------------------------------------------ tagging
     def track_tensors(self, tensors: Iterable[Any], category: str, retag: bool = True) -> None:
@@ -263,8 +290,7 @@ class LiveTensorTracker(TorchDispatchMode):
                 if e is not None:
                     nb = tracker._size(st.nbytes())
                     if nb != e.nbytes:
-                        tracker._bump(e.cat, nb - e.nbytes)
-                        e.nbytes = nb
+                        tracker._resized(e, nb)
                 return r
 
             torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]

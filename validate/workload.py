@@ -22,7 +22,10 @@ Request schema (see validate/README in NOTES.md):
   parallelism: {method: single|ddp|fsdp_full_shard|fsdp_shard_grad_op|tp, dp, tp}
   name
 Extensions: "steps" (training steps, default 2), "seed", "device" ("cpu"/"cuda", default:
-cuda if available), "measure": {"tracker": bool, "allocator_profile": bool}.
+cuda if available), "measure": {"tracker": bool, "allocator_profile": bool, "trace": bool}.
+"measure.trace" adds the allocation trace (tracker.py's signed-integer form) as
+measured.allocation_trace; on CUDA also measured.cuda_allocation_trace, from
+torch.cuda.memory._record_memory_history (untested: no GPU has run it yet).
 
 CPU: exact live-tensor accounting (validate/tracker.py, categories params/grads/optimizer
 state/activations/...).  CUDA: torch.cuda max_memory_allocated/reserved per phase, NVML
@@ -153,10 +156,10 @@ class Nvml:
 class Meter:
     """Per-phase memory: live-tensor tracker (any device) + torch.cuda stats on CUDA."""
 
-    def __init__(self, device: torch.device, use_tracker: bool, nvml: Optional[Nvml]):
+    def __init__(self, device: torch.device, use_tracker: bool, nvml: Optional[Nvml], trace: bool = False):
         self.device = device
         self.cuda = device.type == "cuda"
-        self.tracker = LiveTensorTracker(device_filter=device.type) if use_tracker else None
+        self.tracker = LiveTensorTracker(device_filter=device.type, record_trace=trace) if use_tracker else None
         self.nvml = nvml
         self.phases: Dict[str, Dict[str, Any]] = {}
         self.order: List[str] = []
@@ -224,6 +227,31 @@ class Meter:
             self.phases[name] = rec
             if name not in self.order:
                 self.order.append(name)
+
+
+def cuda_history(device: torch.device, start: bool):
+    """CUDA only, untested (no GPU has run it yet): start=True begins recording the caching
+    allocator's history; start=False takes the snapshot, stops recording and returns the
+    device's trace as the tracker's signed integers (alloc -> +size in the order the program
+    asked, free_completed -> -(its allocation number) - 1), so `memfit validate` replays it
+    like a CPU trace and compares the replay with max_memory_reserved."""
+    if start:
+        torch.cuda.memory._record_memory_history(max_entries=10_000_000)
+        return None
+    snap = torch.cuda.memory._snapshot(device)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    traces = snap.get("device_traces") or []
+    events = traces[device.index or 0] if len(traces) > (device.index or 0) else []
+    out, live, n = [], {}, 0
+    for ev in events:
+        action, addr, size = ev.get("action"), ev.get("addr"), int(ev.get("size", 0))
+        if action == "alloc" and size > 0:
+            live[addr] = n
+            n += 1
+            out.append(size)
+        elif action == "free_completed" and addr in live:
+            out.append(-live.pop(addr) - 1)
+    return out
 
 
 def allocator_profile_peaks(prof, marks, base_bytes: int) -> Dict[str, Any]:
@@ -447,6 +475,7 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
     measure = req.get("measure") or {}
     use_tracker = bool(measure.get("tracker", not opts.no_tracker))
     use_prof = bool(measure.get("allocator_profile", opts.allocator_profile)) and device.type == "cpu"
+    use_trace = bool(measure.get("trace", False))
 
     result: Dict[str, Any] = {"schema": SCHEMA_VERSION, "name": req.get("name"),
                               "environment": env_info(device)}
@@ -496,7 +525,9 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
         result["cuda_baseline"] = base
 
     torch.manual_seed(seed)
-    meter = Meter(device, use_tracker, nvml)
+    meter = Meter(device, use_tracker, nvml, use_trace)
+    if use_trace and device.type == "cuda":
+        cuda_history(device, True)
     measured: Dict[str, Any] = {}
     result["measured"] = measured
     prof = None
@@ -549,6 +580,10 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
         measured["peak_allocated_bytes"] = meter.cuda_peak_alloc
         if tr is not None:
             measured["tracker_peak_bytes"] = tr.peak_bytes
+    if use_trace and tr is not None and tr.trace is not None:
+        measured["allocation_trace"] = list(tr.trace)
+    if use_trace and device.type == "cuda":
+        measured["cuda_allocation_trace"] = cuda_history(device, False)
     if prof is not None:
         base = meter.phases.get("model_load", {}).get("start_bytes", 0) or 0
         measured["allocator_profile"] = allocator_profile_peaks(prof, meter.marks, base)

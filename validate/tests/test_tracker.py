@@ -50,6 +50,23 @@ def test_storage_resize_is_tracked():
     assert torch.UntypedStorage.resize_ is tr._orig_resize  # patch undone
 
 
+def test_allocation_trace_in_order():
+    # births as +bytes (numbered in order), deaths as -(number + 1); a resize is death + birth
+    tr = LiveTensorTracker(record_trace=True)
+    with tr:
+        a = torch.empty(1000)                        # allocation 0: 4000 B
+        b = torch.empty(250, dtype=torch.float64)    # allocation 1: 2000 B
+        v = a.view(10, 100)                          # a view: nothing
+        del a
+        del v                                        # allocation 0 dies
+        b.untyped_storage().resize_(0)               # allocation 1 dies
+        b.untyped_storage().resize_(80)              # allocation 2: 80 B
+        torch.empty(0)                               # empty: not in the trace
+        del b                                        # allocation 2 dies
+    assert tr.trace == [4000, 2000, -1, -2, 80, -3]
+    assert LiveTensorTracker().trace is None         # off by default
+
+
 def test_linear_forward_backward_by_hand():
     torch.manual_seed(0)
     lin = torch.nn.Linear(64, 32)                    # W 32x64, b 32 -> 8320 B
