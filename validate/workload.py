@@ -229,29 +229,38 @@ class Meter:
                 self.order.append(name)
 
 
+def snapshot_trace(snap: Dict[str, Any], index: int) -> List[int]:
+    """A torch.cuda.memory._snapshot() -> the tracker's signed-integer trace for one device:
+    "alloc" -> +size (the size the program asked for) in order, "free_completed" of a traced
+    address -> -(its allocation number) - 1; segment and free_requested events are the
+    allocator's own business and are left out (the replay re-creates them)."""
+    traces = snap.get("device_traces") or []
+    events = traces[index] if len(traces) > index else []
+    out: List[int] = []
+    live: Dict[int, int] = {}
+    allocs = 0
+    for ev in events:
+        action, addr, size = ev.get("action"), ev.get("addr"), int(ev.get("size", 0))
+        if action == "alloc" and size > 0:
+            live[addr] = allocs
+            allocs += 1
+            out.append(size)
+        elif action == "free_completed" and addr in live:
+            out.append(-live.pop(addr) - 1)
+    return out
+
+
 def cuda_history(device: torch.device, start: bool):
     """CUDA only, untested (no GPU has run it yet): start=True begins recording the caching
     allocator's history; start=False takes the snapshot, stops recording and returns the
-    device's trace as the tracker's signed integers (alloc -> +size in the order the program
-    asked, free_completed -> -(its allocation number) - 1), so `memfit validate` replays it
-    like a CPU trace and compares the replay with max_memory_reserved."""
+    device's trace (snapshot_trace), which `memfit validate` replays like a CPU trace and
+    compares with max_memory_reserved."""
     if start:
         torch.cuda.memory._record_memory_history(max_entries=10_000_000)
         return None
     snap = torch.cuda.memory._snapshot(device)
     torch.cuda.memory._record_memory_history(enabled=None)
-    traces = snap.get("device_traces") or []
-    events = traces[device.index or 0] if len(traces) > (device.index or 0) else []
-    out, live, n = [], {}, 0
-    for ev in events:
-        action, addr, size = ev.get("action"), ev.get("addr"), int(ev.get("size", 0))
-        if action == "alloc" and size > 0:
-            live[addr] = n
-            n += 1
-            out.append(size)
-        elif action == "free_completed" and addr in live:
-            out.append(-live.pop(addr) - 1)
-    return out
+    return snapshot_trace(snap, device.index or 0)
 
 
 def allocator_profile_peaks(prof, marks, base_bytes: int) -> Dict[str, Any]:
