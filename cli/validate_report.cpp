@@ -165,7 +165,21 @@ json stats_json(const Stats& s) {
           {"median_abs_error_pct", s.median}, {"max_case", s.max_case}};
 }
 
-void print_json(const std::vector<Report>& reps, const Summary& s, const Options& o, const std::string& source) {
+json trace_replays_json(const std::vector<TraceReplay>& rows) {
+  json out = json::array();
+  for (const TraceReplay& r : rows) {
+    json x = {{"case", r.c->name}, {"trace", r.source}, {"events", r.events}, {"live_peak_bytes", r.live_peak},
+              {"replayed_allocated_peak_bytes", r.replay_allocated}, {"replayed_reserved_peak_bytes", r.replay_reserved},
+              {"fragmentation_at_reserved_peak_bytes", r.fragmentation}, {"error_pct", r.error_pct}};
+    if (r.measured_reserved > 0) x["measured_reserved_peak_bytes"] = r.measured_reserved;
+    else x["estimate_reserved_bytes"] = r.estimate_reserved;
+    out.push_back(x);
+  }
+  return out;
+}
+
+void print_json(const std::vector<Report>& reps, const Summary& s, const Options& o, const std::string& source,
+                const std::vector<TraceReplay>& traces) {
   json cases = json::array();
   for (const Report& r : reps) {
     const Case& k = *r.c;
@@ -226,6 +240,7 @@ void print_json(const std::vector<Report>& reps, const Summary& s, const Options
               {"by_family", fam},
               {"by_metric", met},
               {"pass", s.exit_code == kPass}}}};
+  if (!traces.empty()) j["trace_replays"] = trace_replays_json(traces);
   std::printf("%s\n", j.dump(2).c_str());
 }
 
@@ -236,10 +251,11 @@ int report_all(const std::vector<Case>& cases, const Options& o, const std::stri
   reps.reserve(cases.size());
   for (const Case& k : cases) reps.push_back(compare(k, o));
   const Summary s = summarise(reps);
-  if (o.format == Format::Json) print_json(reps, s, o, source);
+  const std::vector<TraceReplay> traces = replay_traces(cases);
+  if (o.format == Format::Json) print_json(reps, s, o, source, traces);
   else if (o.format == Format::Markdown) print_markdown(reps, s, o, header_line(cases, o, source));
   else print_table(reps, s, o, header_line(cases, o, source));
-  if (o.format != Format::Json) print_trace_replays(replay_traces(cases), o.format == Format::Markdown, o.reserved_tolerance);
+  if (o.format != Format::Json) print_trace_replays(traces, o.format == Format::Markdown, o.reserved_tolerance);
   std::fflush(stdout);
   return s.exit_code;
 }
