@@ -120,6 +120,10 @@ TEST_CASE("max_split_size keeps oversize blocks whole and for requests within 20
   // 70 MiB may not (100 >= 70 + 20): a new 70 MiB segment.
   const Result far = run({100 * MiB, -1, 70 * MiB}, c);
   CHECK(far.stats.peak_reserved == 170 * MiB);
+  // ... unless max_non_split_rounding allows 40 MiB more.
+  Config wide = c;
+  wide.max_non_split_rounding = 40 * MiB;
+  CHECK(run({100 * MiB, -1, 70 * MiB}, wide).stats.peak_reserved == 100 * MiB);
   // With a device limit, the cached oversize block is released before the new segment.
   c.device_limit = 150 * MiB;
   const Result freed = run({100 * MiB, -1, 70 * MiB}, c);
@@ -130,13 +134,20 @@ TEST_CASE("max_split_size keeps oversize blocks whole and for requests within 20
 
 TEST_CASE("roundup_power2_divisions rounds to the next of N steps between powers of two", "[allocator]") {
   Config c;
-  c.roundup_power2_divisions = 4;
+  c.roundup_power2_divisions.fill(4);
   CHECK(rounded_size(5 * MiB + 1, c) == 6 * MiB);     // steps of 1 MiB between 4 and 8 MiB
   CHECK(rounded_size(8 * MiB, c) == 8 * MiB);         // a power of two stays
+  CHECK(rounded_size(MiB + 1, c) == MiB + MiB / 4);   // steps of 256 KiB between 1 and 2 MiB
   CHECK(rounded_size(3000, c) == 3072);               // steps of 512 B between 2 and 4 KiB
   CHECK(rounded_size(600, c) == 1024);                // <= 4 x 512 B: plain 512-byte rounding
   CHECK(rounded_size(5 * MiB + 1, {}) == 5 * MiB + 512);
   CHECK(run({5 * MiB + 1}, c).stats.peak_allocated == 6 * MiB);
+  // Per interval: 8 divisions only for 4-8 MiB requests (index 2); others keep 512 B rounding.
+  Config per;
+  per.roundup_power2_divisions[2] = 8;
+  CHECK(rounded_size(5 * MiB + 1, per) == 5 * MiB + MiB / 2);  // steps of 0.5 MiB
+  CHECK(rounded_size(9 * MiB + 1, per) == 9 * MiB + 512);
+  CHECK(rounded_size(MiB + 1, per) == MiB + 512);  // interval 0: no divisions -> 512 B rounding
 }
 
 TEST_CASE("expandable segments grow the free tail by 20 MiB pages instead of a new segment", "[allocator]") {

@@ -113,7 +113,7 @@ int get_free_block(Sim& s, Pool& pool, u64 size) {
   }
   const u64 found = std::get<0>(*it);
   if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
-  if (size >= s.cfg.max_split_size && found >= size + kLargeBuffer) return kNone;
+  if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return kNone;
   const int i = std::get<2>(*it);
   pool.free.erase(it);
   return i;
@@ -406,7 +406,10 @@ std::vector<Event> events_from_signed(const std::vector<std::int64_t>& trace) {
 
 u64 rounded_size(u64 bytes, const Config& c) {
   if (bytes < kMinBlockSize) return kMinBlockSize;
-  const u64 div = c.roundup_power2_divisions;
+  // CUDAAllocatorConfig::roundup_power2_divisions(size): intervals of powers of two from 1 MiB.
+  const int log2_size = 63 - __builtin_clzll(bytes);
+  const size_t interval = static_cast<size_t>(std::clamp(log2_size - 20, 0, 15));
+  const u64 div = c.roundup_power2_divisions[interval];
   if (div > 1 && bytes > kMinBlockSize * div) return roundup_power2_next_division(bytes, div);
   return kMinBlockSize * ((bytes + kMinBlockSize - 1) / kMinBlockSize);
 }

@@ -16,7 +16,7 @@
 //    a block is split when the remainder is >= 512 B (small pool, or any pool with expandable
 //    segments) or > 1 MiB (large pool), and never when the request is >= max_split_size;
 //    a request below max_split_size never takes a cached block >= max_split_size, and one at
-//    or above it never takes a block 20 MiB or more larger than itself;
+//    or above it never takes a block max_non_split_rounding (20 MiB) or more larger than itself;
 //  - a freed block merges with its free neighbours in the same segment;
 //  - when no cached block fits, a new segment is allocated; when that would pass the device
 //    limit, cached oversize blocks are released (only with max_split_size set), then every
@@ -30,6 +30,7 @@
 // returns (new segments get increasing addresses, which only breaks ties between equal sizes).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -47,7 +48,13 @@ inline constexpr std::uint64_t kNoLimit = std::numeric_limits<std::uint64_t>::ma
 /// PYTORCH_CUDA_ALLOC_CONF options the simulation follows, plus the device's memory limit.
 struct Config {
   std::uint64_t max_split_size = kNoLimit;    ///< max_split_size_mb x 2^20; kNoLimit = unset
-  std::uint32_t roundup_power2_divisions = 0; ///< one value for every size; 0 or 1 = off
+  /// max_non_split_rounding_mb x 2^20: how much larger than an oversize request (>= max_split_size)
+  /// a cached oversize block may be and still serve it (PyTorch's default: kLargeBuffer).
+  std::uint64_t max_non_split_rounding = kLargeBuffer;
+  /// roundup_power2_divisions per power-of-two interval of the request size: [0] for sizes below
+  /// 2 MiB, [1] for 2-4 MiB, ... [15] for 32 GiB and above ("[256:1,512:2,>:8]" sets ranges of
+  /// them; a single number sets all). 0 or 1 = plain 512-byte rounding.
+  std::array<std::uint32_t, 16> roundup_power2_divisions{};
   bool expandable_segments = false;
   std::uint64_t device_limit = kNoLimit;      ///< bytes the allocator may hold before cudaMalloc fails
 };
