@@ -104,8 +104,8 @@ size_t print_trace_replays(const std::vector<TraceReplay>& rows, bool markdown, 
   std::printf(markdown ? "\n### Reserved memory: allocation traces replayed through the caching-allocator simulation\n\n"
                        : "\nreserved memory: allocation traces replayed through the caching-allocator simulation (MiB)\n\n");
   if (markdown)
-    std::printf("| case | trace | events | live peak | replayed allocated | replayed reserved | fragmentation | reference | compared | error %% |\n"
-                "|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
+    std::printf("| case | trace | events | live peak | replayed allocated | replayed reserved | fragmentation | reference "
+                "| compared | error %% |\n|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
   else
     std::printf("%-*s  %-12s %8s %10s %10s %10s %10s  %-9s %10s %9s\n", static_cast<int>(w), "case", "trace", "events",
                 "live peak", "replay al", "replay res", "frag", "reference", "compared", "error %");

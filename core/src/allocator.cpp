@@ -97,19 +97,19 @@ bool should_split(const Sim& s, const Block& b, u64 size) {
 }
 
 u64 expandable_size(const Sim& s, const Block& b) {  // what a free tail block can grow to
-  return b.size + (b.next != kNone && !s.blocks[static_cast<size_t>(b.next)].mapped ? s.blocks[static_cast<size_t>(b.next)].size : 0);
+  if (b.next == kNone) return b.size;
+  const Block& next = s.blocks[static_cast<size_t>(b.next)];
+  return b.size + (next.mapped ? 0 : next.size);
 }
 
 /// get_free_block: the smallest cached block that fits, within the oversize rules.
 int get_free_block(Sim& s, Pool& pool, u64 size) {
   auto it = pool.free.lower_bound({size, 0, kNone});
   if (it == pool.free.end()) return kNone;
+  auto grows_to = [&](auto i) { return expandable_size(s, at(s, std::get<2>(*i))); };
   if (at(s, std::get<2>(*it)).expandable != kNone) {
     // A free block that can still grow counts at the size it can grow to.
-    for (auto next = std::next(it); next != pool.free.end() &&
-                                    expandable_size(s, at(s, std::get<2>(*next))) < expandable_size(s, at(s, std::get<2>(*it)));
-         ++next)
-      it = next;
+    for (auto next = std::next(it); next != pool.free.end() && grows_to(next) < grows_to(it); ++next) it = next;
   }
   const u64 found = std::get<0>(*it);
   if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
