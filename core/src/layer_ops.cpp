@@ -1,0 +1,286 @@
+// The tensor lists of a Llama-like layer. Sources, cited per entry:
+//  [D] PyTorch tools/autograd/derivatives.yaml (what each op saves: pow saves self, mean nothing,
+//      rsqrt its result, mul the other operand of each input that needs a gradient, silu self,
+//      _softmax its result, mm/addmm the operands whose partner needs a gradient)
+//  [L] transformers models/llama/modeling_llama.py (LlamaRMSNorm, apply_rotary_pos_emb,
+//      rotate_half, eager_attention_forward / repeat_kv, LlamaMLP); mistral/qwen2 copy it
+//  [S] transformers integrations/sdpa_attention.py (enable_gqa without a mask, repeat_kv with one)
+//  [P] peft tuners/lora/layer.py (Linear.forward: lora_B(lora_A(dropout(x))) * scaling, the input
+//      cast to the adapter dtype, the result cast back)
+//  [F] aten _scaled_dot_product_flash_attention (CPU): saves q, k, v, output and logsumexp
+#include "layer_ops.hpp"
+
+#include <algorithm>
+
+namespace memfit::sched {
+
+u64 Dims::of(Sym x) const {
+  switch (x) {
+    case Sym::One: return 1;
+    case Sym::T: return mul(b, s);
+    case Sym::B: return b;
+    case Sym::S: return s;
+    case Sym::H: return h;
+    case Sym::Q: return q;
+    case Sym::KV: return kv;
+    case Sym::I: return i;
+    case Sym::A: return a;
+    case Sym::V: return v;
+    case Sym::R: return r;
+    case Sym::HeadDim: return head_dim;
+  }
+  return 1;
+}
+
+u64 Shape::elements(const Dims& d) const {
+  if (empty) return 0;
+  return mul(d.of(f[0]), d.of(f[1]), d.of(f[2]), d.of(f[3]));
+}
+
+Shape shape(Sym a, Sym b, Sym c, Sym e) { return Shape{{a, b, c, e}, false}; }
+
+namespace {
+
+const Shape TH = shape(Sym::T, Sym::H);
+const Shape TQ = shape(Sym::T, Sym::Q);
+const Shape TKV = shape(Sym::T, Sym::KV);
+const Shape TI = shape(Sym::T, Sym::I);
+const Shape T1 = shape(Sym::T);
+
+TensorOp* find_mut(OpList& l, std::string_view name) {
+  for (TensorOp& t : l)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+OpList::iterator position(OpList& l, std::string_view name) {
+  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
+}
+
+/// LlamaRMSNorm in fp32 [L]: pow(2) [D: saves self, the input], mean, +eps, rsqrt [D: saves
+/// result], x * rsqrt (kept by the weight's mul for the weight gradient [D]), weight * x_hat.
+void rms_norm(OpList& l, std::string_view p, std::string_view input_dies_after) {
+  (void)input_dies_after;
+  l.push_back({p == "norm1" ? "norm1.pow" : "norm2.pow", "pow", TH, Dt::F32, false, {}, kNone});
+  l.push_back({p == "norm1" ? "norm1.mean" : "norm2.mean", "mean", T1, Dt::F32, false, {}, kNone});
+  l.push_back({p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", "rsqrt", T1, Dt::F32, true, {}, kNone});
+  l.push_back({p == "norm1" ? "norm1.x_hat" : "norm2.x_hat", "mul", TH, Dt::F32, true, {}, TH, kNone,
+               Dt::Model, Dt::F32});
+  l.push_back({p == "norm1" ? "norm1.out" : "norm2.out", "mul", TH, Dt::Model, true, {}, TH,
+               shape(Sym::H)});
+}
+
+/// apply_rotary_pos_emb [L]: x * cos, rotate_half(x) (neg + cat), * sin, add. mul saves cos/sin
+/// (shared, not the rotated tensors); the sum is what attention reads.
+void rotary(OpList& l, bool k) {
+  const Shape w = k ? TKV : TQ;
+  l.push_back({k ? "k.mul_cos" : "q.mul_cos", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", w});
+  l.push_back({k ? "k.rotate_half" : "q.rotate_half", "cat", w, Dt::Model, false, {}, kNone});
+  l.push_back({k ? "k.mul_sin" : "q.mul_sin", "mul", w, Dt::Model, false, {}, kNone});
+  l.push_back({k ? "k.rot" : "q.rot", "add", w, Dt::Model, true, {}, kNone});
+}
+
+}  // namespace
+
+const TensorOp* find_op(const OpList& l, std::string_view name) {
+  for (const TensorOp& t : l)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+OpList decoder_layer(const LayerSetup& s) {
+  OpList l;
+  l.reserve(48);
+  // the layer input (the previous layer's output): in fp32 norm1's pow saves it [D]
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  rms_norm(l, "norm1", "attn.residual");
+  // q/k/v_proj: linear saves its input for the weight gradient [D: mm saves self] (norm1.out)
+  l.push_back({"q_proj.out", "linear", TQ, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::Q)});
+  l.push_back({"k_proj.out", "linear", TKV, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::KV)});
+  l.push_back({"v_proj.out", "linear", TKV, Dt::Model, true, {}, TH, shape(Sym::H, Sym::KV)});
+  rotary(l, false);
+  rotary(l, true);
+  // SDPA flash kernel [F][S]: keeps q, k, v (enable_gqa: no copies), its output and lse;
+  // its backward creates dq, dk, dv (grad_input: dq; dk and dv on the rotary entries)
+  l.push_back({"attn.out", "_scaled_dot_product_flash_attention", TQ, Dt::Model, true, {}, TQ});
+  l.push_back({"attn.lse", "_scaled_dot_product_flash_attention", shape(Sym::B, Sym::A, Sym::S), Dt::F32, true,
+               {}, shape(Sym::T, Sym::KV, Sym::One)});
+  // o_proj reads the output through a transpose view (layout [b, s, heads, d]) [S]
+  l.push_back({"o_proj.out", "linear", TH, Dt::Model, false, "attn.residual", TQ, shape(Sym::Q, Sym::H)});
+  // residual add: saves nothing [D]; norm2's pow saves it in fp32
+  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, TH});
+  rms_norm(l, "norm2", "mlp.residual");
+  // LlamaMLP [L]: down(silu(gate(x)) * up(x)); silu saves self, mul saves both operands [D]
+  l.push_back({"gate_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
+  l.push_back({"mlp.act", "silu", TI, Dt::Model, true, {}, TI});
+  l.push_back({"up_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
+  l.push_back({"mlp.mul", "mul", TI, Dt::Model, true, {}, TI});  // saved by down_proj [D]
+  l.push_back({"down_proj.out", "linear", TH, Dt::Model, false, "mlp.residual", TI, shape(Sym::I, Sym::H)});
+  l.push_back({"mlp.residual", "add", TH, Dt::Model, false, "layer_out", TH});
+  if (s.eager) edit_eager_attention(l, s.gqa);
+  else if (s.window_mask) edit_window_mask(l);
+  if (s.half) edit_half_precision(l);
+  if (!s.full) edit_lora(l, s.lora_all);
+  return l;
+}
+
+void edit_half_precision(OpList& l) {
+  // LlamaRMSNorm upcasts a half input (.to(float32)): pow saves the fp32 copy, not the input;
+  // the x_hat cast back to half is what the weight's mul keeps [L][D]
+  for (std::string_view n : {"norm1", "norm2"}) {
+    const bool first = n == "norm1";
+    TensorOp* in = find_mut(l, first ? "input" : "attn.residual");
+    in->saved = false;
+    in->dies_after = first ? "attn.residual" : "mlp.residual";
+    auto at = position(l, first ? "norm1.pow" : "norm2.pow");
+    at = l.insert(at, {first ? "norm1.upcast" : "norm2.upcast", "_to_copy", TH, Dt::F32, true, {}, kNone});
+    TensorOp* xh = find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat");
+    xh->saved = false;
+    auto out = position(l, first ? "norm1.out" : "norm2.out");
+    l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
+  }
+  // eager attention: softmax runs in fp32 and its half copy is what the PV matmul keeps [L]
+  if (TensorOp* sm = find_mut(l, "attn.softmax")) {
+    auto at = position(l, "attn.softmax") + 1;
+    l.insert(at, {"attn.probs_half", "_to_copy", shape(Sym::B, Sym::A, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
+    (void)sm;
+  }
+}
+
+void edit_eager_attention(OpList& l, bool gqa) {
+  const Shape ss = shape(Sym::B, Sym::A, Sym::S, Sym::S);
+  auto at = l.erase(position(l, "attn.out"), position(l, "attn.lse") + 1);
+  OpList e;
+  // repeat_kv copies K and V to every query head under GQA [L]; matmul saves both operands [D]
+  if (gqa) {
+    find_mut(l, "k.rot")->saved = false;
+    find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
+    find_mut(l, "v_proj.out")->saved = false;
+    find_mut(l, "v_proj.out")->dies_after = "attn.v_repeat";
+    e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+    e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+  }
+  e.push_back({"attn.scores", "matmul", ss, Dt::Model, false, {}, TQ});
+  e.push_back({"attn.masked", "add", ss, Dt::Model, false, {}, ss});
+  // softmax(dtype=float32) saves its result [D]
+  e.push_back({"attn.softmax", "_softmax", ss, Dt::F32, true, {}, ss});
+  e.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, ss});
+  // transpose(1, 2).contiguous(): a copy, kept by o_proj [L]
+  e.push_back({"attn.out", "clone", TQ, Dt::Model, true, {}, TQ});
+  l.insert(at, e.begin(), e.end());
+}
+
+void edit_window_mask(OpList& l) {
+  // a sliding window shorter than the sequence: the CPU SDPA path builds a [b, 1, s, s] float mask
+  // in every layer, and with a mask Transformers repeats K/V to every query head [S]
+  const auto at = position(l, "attn.out");
+  OpList e;
+  e.push_back({"attn.mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
+  e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+  e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+  find_mut(l, "k.rot")->saved = false;
+  find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
+  find_mut(l, "v_proj.out")->saved = false;
+  find_mut(l, "v_proj.out")->dies_after = "attn.v_repeat";
+  l.insert(at, e.begin(), e.end());
+}
+
+void edit_lora(OpList& l, bool all_linear) {
+  // frozen weights: no weight gradients; norms frozen, so x_hat is not kept [D]
+  for (TensorOp& t : l) t.weight = kNone;
+  for (std::string_view n : {"norm1.x_hat", "norm2.x_hat", "norm1.x_hat_half", "norm2.x_hat_half"})
+    if (TensorOp* t = find_mut(l, n)) t->saved = false, t->dies_after = {};
+  // a frozen linear keeps nothing; its input stays only if an adapter reads it
+  if (!all_linear) {
+    find_mut(l, "norm2.out")->saved = false;
+    find_mut(l, "norm2.out")->dies_after = "up_proj.out";
+    find_mut(l, "mlp.mul")->saved = false;
+    find_mut(l, "mlp.mul")->dies_after = "down_proj.out";
+    if (TensorOp* o = find_mut(l, "attn.out"); o && o->op == "clone") o->saved = false, o->dies_after = "o_proj.out";
+  }
+  const bool half = find_op(l, "norm1.upcast") != nullptr;
+  static constexpr std::string_view kOut[] = {"q_proj.out", "k_proj.out", "v_proj.out", "o_proj.out",
+                                              "gate_proj.out", "up_proj.out", "down_proj.out"};
+  static constexpr std::string_view kBase[] = {"q_proj.base", "k_proj.base", "v_proj.base", "o_proj.base",
+                                               "gate_proj.base", "up_proj.base", "down_proj.base"};
+  static constexpr std::string_view kIn[] = {"q.lora_in", "k.lora_in", "v.lora_in", "o.lora_in",
+                                             "gate.lora_in", "up.lora_in", "down.lora_in"};
+  static constexpr std::string_view kA[] = {"q.lora_A", "k.lora_A", "v.lora_A", "o.lora_A",
+                                            "gate.lora_A", "up.lora_A", "down.lora_A"};
+  static constexpr std::string_view kB[] = {"q.lora_B", "k.lora_B", "v.lora_B", "o.lora_B",
+                                            "gate.lora_B", "up.lora_B", "down.lora_B"};
+  static constexpr std::string_view kSum[] = {"q.lora_sum", "k.lora_sum", "v.lora_sum", "o.lora_sum",
+                                              "gate.lora_sum", "up.lora_sum", "down.lora_sum"};
+  for (size_t k = 0; k < std::size(kOut); ++k) {
+    const bool target = all_linear || k == 0 || k == 2;
+    if (!target) continue;
+    auto it = position(l, kOut[k]);
+    TensorOp result = *it;  // what the consumers read keeps the base output's name and lifetime
+    const Shape out = it->shape, in = it->grad_input;
+    // the frozen base product: dies once the adapter's output is added
+    it->name = kBase[k];
+    it->saved = false;
+    it->dies_after = half ? kSum[k] : kOut[k];
+    OpList e;
+    // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
+    if (half) e.push_back({kIn[k], "_to_copy", in, Dt::F32, true, {}, kNone});
+    // lora_A saves its input [D]; its [T, r] output is kept by lora_B
+    e.push_back({kA[k], "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in,
+                 shape(in.f[1], Sym::R), Dt::Adapter});
+    // lora_B's output, scaled (mul saves nothing: the scale is a number [D]), dies at the sum
+    e.push_back({kB[k], "linear", out, Dt::Adapter, false, half ? kSum[k] : kOut[k], shape(Sym::T, Sym::R),
+                 shape(Sym::R, out.f[1]), Dt::Adapter});
+    // result + adapter: fp32 when the base output is half (type promotion), then cast back [P]
+    if (half) e.push_back({kSum[k], "add", out, Dt::F32, false, {}, out});
+    result.op = half ? "_to_copy" : "add";
+    result.weight = kNone;
+    result.grad_input = out;
+    e.push_back(result);
+    auto where = position(l, kBase[k]) + 1;
+    l.insert(where, e.begin(), e.end());
+  }
+}
+
+OpList embedding(const LayerSetup& s) {
+  (void)s;
+  OpList l;
+  // LlamaRotaryEmbedding [L]: cos and sin [b, s, head_dim] in the model dtype, used by every layer
+  // (kept by every layer's rotary muls until the backward is over)
+  l.push_back({"rotary.cos", "cos", shape(Sym::B, Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  l.push_back({"rotary.sin", "sin", shape(Sym::B, Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the last
+  // entry of a list is what it hands on)
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+  return l;
+}
+
+OpList head_and_loss(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  rms_norm(l, "norm1", "");
+  if (s.half) {
+    find_mut(l, "input")->saved = false;
+    l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, kNone});
+    find_mut(l, "norm1.x_hat")->saved = false;
+    l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
+  }
+  if (!s.full) {
+    for (TensorOp& t : l) t.weight = kNone;
+    find_mut(l, s.half ? "norm1.x_hat_half" : "norm1.x_hat")->saved = false;
+  }
+  // lm_head: linear saves its input (the frozen head of a LoRA run needs it for the input gradient
+  // only, which needs the weight, not the input [D]) — kept by the model output either way
+  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, true, {}, TH,
+               s.full ? shape(Sym::V, Sym::H) : kNone});
+  // ForCausalLMLoss upcasts the logits (.float()), shifts the labels, cross_entropy =
+  // log_softmax (saves its result [D]) + nll_loss
+  if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, {}, shape(Sym::T, Sym::V)});
+  l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
+  l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
+               shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
+  // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
+  l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+  return l;
+}
+
+}  // namespace memfit::sched

@@ -1,0 +1,97 @@
+// "A layer is data": the tensors one Llama-like decoder layer (and the embedding, final norm,
+// lm_head and loss) creates in its forward, as an explicit list a reader who knows PyTorch can
+// check line by line. schedule.cpp turns the lists into the allocations and frees of a step.
+//
+// Each entry is one tensor: its symbolic shape, its dtype, the op that creates it, whether
+// autograd saves it for backward (PyTorch derivatives.yaml says what each op saves), when a
+// tensor that is not saved dies (after its last consumer in the forward), and what its op's
+// backward creates (the gradient of its input, the gradient of its weight).
+// Precision, attention kernel and task (full / LoRA) are edits of the base list
+// (fp32, SDPA, full fine-tuning), so changing what one op saves is a change in one place.
+// Covered: the llama / mistral / qwen2 families of Hugging Face Transformers (modeling_llama.py
+// and its copies), pure fp32 or bf16/fp16 weights (no autocast), CPU and CUDA.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "memfit/checked.hpp"
+#include "memfit/request.hpp"
+
+namespace memfit::sched {
+
+/// Symbolic dimensions. T = tokens of a micro-batch (b x s).
+enum class Sym : std::uint8_t { One, T, B, S, H, Q, KV, I, A, V, R, HeadDim };
+
+/// The sizes the symbols take for one request (per rank).
+struct Dims {
+  u64 b = 0, s = 0, h = 0, q = 0, kv = 0, i = 0, a = 0, v = 0, r = 0, head_dim = 0;
+  [[nodiscard]] u64 of(Sym x) const;
+};
+
+/// A symbolic shape: the product of up to four symbols ([T, H], [B, A, S, S], ...).
+struct Shape {
+  std::array<Sym, 4> f{Sym::One, Sym::One, Sym::One, Sym::One};
+  bool empty = true;  ///< no tensor (e.g. an op whose backward creates no input gradient)
+  [[nodiscard]] u64 elements(const Dims& d) const;
+};
+Shape shape(Sym a, Sym b = Sym::One, Sym c = Sym::One, Sym e = Sym::One);
+inline const Shape kNone{};
+
+/// Element type roles: the model's dtype, fp32 (upcasts), the LoRA adapters' dtype, int64.
+enum class Dt : std::uint8_t { Model, F32, Adapter, I64 };
+
+struct Dtypes {
+  u64 model = 4, adapter = 4;
+  [[nodiscard]] u64 of(Dt d) const { return d == Dt::F32 ? 4 : d == Dt::I64 ? 8 : d == Dt::Model ? model : adapter; }
+};
+
+/// One tensor a forward op creates.
+struct TensorOp {
+  std::string_view name;        ///< "q_proj.out", "attn.softmax", ...
+  std::string_view op;          ///< the aten op that creates it
+  Shape shape;
+  Dt dtype = Dt::Model;
+  bool saved = false;           ///< autograd keeps it until this layer's backward reaches it
+  /// A tensor not saved dies after the entry of this name has been created (its last consumer);
+  /// "" = after the next entry. "layer_out": carried to the next layer (the residual stream).
+  std::string_view dies_after{};
+  Shape grad_input = kNone;     ///< what this op's backward creates: the gradient of its input
+  Shape weight = kNone;         ///< a trained weight: its gradient appears in this op's backward
+  Dt weight_dtype = Dt::Model;
+  Dt grad_dtype = Dt::Model;    ///< dtype of grad_input (fp32 where the op ran in fp32)
+};
+
+using OpList = std::vector<TensorOp>;
+
+/// The choices that edit the lists.
+struct LayerSetup {
+  bool half = false;          ///< bf16/fp16 weights (no autocast)
+  bool eager = false;         ///< eager attention instead of SDPA (flash kernel, enable_gqa)
+  bool gqa = false;           ///< fewer K/V heads than query heads
+  bool full = true;           ///< full fine-tuning (every weight trained)
+  bool lora_all = false;      ///< LoRA on every Linear of the layer
+  bool lora_qv = false;       ///< LoRA on q_proj and v_proj only
+  bool window_mask = false;   ///< a sliding window shorter than the sequence: SDPA gets a per-layer mask
+                              ///< and K/V repeated to every query head (CPU generic path)
+};
+
+/// One decoder layer's forward, in op order. The last entry is the layer output.
+[[nodiscard]] OpList decoder_layer(const LayerSetup& s);
+/// Embedding (the first layer's input) and the tensors shared by every layer (rotary cos/sin).
+[[nodiscard]] OpList embedding(const LayerSetup& s);
+/// Final norm, lm_head, the upcast and the cross-entropy of ForCausalLMLoss.
+[[nodiscard]] OpList head_and_loss(const LayerSetup& s);
+
+/// The edits, exposed for tests and for families that need them.
+void edit_half_precision(OpList& l);
+void edit_eager_attention(OpList& l, bool gqa);
+void edit_window_mask(OpList& l);
+void edit_lora(OpList& l, bool all_linear);
+
+/// The list entry of a name, or nullptr.
+[[nodiscard]] const TensorOp* find_op(const OpList& l, std::string_view name);
+
+}  // namespace memfit::sched

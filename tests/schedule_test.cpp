@@ -1,0 +1,161 @@
+// The tensor lists (layer_ops) and the schedule pass (schedule): the lists' structure, the
+// periodic shortcut against the full trace, and the allocated / reserved peaks against the CPU
+// suite's measurements (data/measurements/cpu-suite-full.jsonl, cpu-traces.jsonl).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "layer_ops.hpp"
+#include "memfit/allocator.hpp"
+#include "memfit/library.hpp"
+#include "memfit/request.hpp"
+#include "schedule.hpp"
+
+using namespace memfit;
+using namespace memfit::sched;
+
+namespace {
+
+Dims tiny_dims() { return {2, 64, 128, 128, 32, 512, 8, 1024, 8, 16}; }
+
+StepSetup tiny_setup(bool full, bool half, bool eager, bool gc, u64 layers) {
+  StepSetup s;
+  s.layer = {half, eager, true, full, !full, false, false};
+  s.dims = tiny_dims();
+  s.dtypes = {half ? 2u : 4u, 4};
+  s.layers = layers;
+  s.checkpointing = gc;
+  s.tied_embeddings = true;
+  return s;
+}
+
+struct Record {
+  std::string name;
+  nlohmann::json request;
+  u64 measured = 0;
+  std::vector<std::int64_t> trace;
+};
+
+std::vector<Record> records(const std::string& file) {
+  std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + file);
+  std::vector<Record> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("measured")) continue;
+    Record r{j["name"], j["request"], j["measured"]["peak_allocated_bytes"].get<u64>(), {}};
+    if (j["measured"].contains("allocation_trace")) r.trace = j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+double pct(double est, double ref) { return 100.0 * (est - ref) / ref; }
+
+}  // namespace
+
+TEST_CASE("every lifetime in the lists names an entry of its list") {
+  for (bool full : {true, false})
+    for (bool half : {false, true})
+      for (bool eager : {false, true})
+        for (bool window : {false, true}) {
+          LayerSetup s{half, eager, true, full, !full, false, window && !eager};
+          for (const OpList& l : {decoder_layer(s), embedding(s), head_and_loss(s)})
+            for (const TensorOp& t : l)
+              if (!t.dies_after.empty() && t.dies_after != "layer_out") {
+                INFO(t.name << " dies after " << t.dies_after);
+                CHECK(find_op(l, t.dies_after) != nullptr);
+              }
+        }
+}
+
+TEST_CASE("edits change the entries they are about") {
+  const LayerSetup base{};
+  LayerSetup eager = base;
+  eager.eager = true;
+  eager.gqa = true;
+  // eager attention: the fp32 softmax is saved, the flash kernel's lse is gone
+  REQUIRE(find_op(decoder_layer(eager), "attn.softmax") != nullptr);
+  CHECK(find_op(decoder_layer(eager), "attn.softmax")->saved);
+  CHECK(find_op(decoder_layer(eager), "attn.softmax")->dtype == Dt::F32);
+  CHECK(find_op(decoder_layer(eager), "attn.lse") == nullptr);
+  CHECK(find_op(decoder_layer(base), "attn.lse")->saved);
+  // half precision: the norm saves its fp32 upcast, not its input
+  LayerSetup half = base;
+  half.half = true;
+  CHECK(find_op(decoder_layer(half), "norm1.upcast")->saved);
+  CHECK_FALSE(find_op(decoder_layer(half), "input")->saved);
+  CHECK(find_op(decoder_layer(base), "input")->saved);
+  // LoRA on q and v: adapters on those two only, no trained base weight
+  LayerSetup qv = base;
+  qv.full = false;
+  qv.lora_qv = true;
+  const OpList l = decoder_layer(qv);
+  CHECK(find_op(l, "q.lora_A") != nullptr);
+  CHECK(find_op(l, "v.lora_A") != nullptr);
+  CHECK(find_op(l, "k.lora_A") == nullptr);
+  CHECK(find_op(l, "q_proj.base")->weight.empty);
+  CHECK_FALSE(find_op(l, "mlp.mul")->saved);  // down_proj is frozen: nothing keeps its input
+}
+
+TEST_CASE("the periodic shortcut equals the full simulation") {
+  for (bool full : {true, false})
+    for (bool half : {false, true})
+      for (bool eager : {false, true})
+        for (bool gc : {false, true})
+          for (u64 layers : {1u, 2u, 3u, 7u, 32u}) {
+            StepSetup s = tiny_setup(full, half, eager, gc, layers);
+            for (bool cuda : {false, true}) {
+              s.round_512 = cuda;
+              INFO("full " << full << " half " << half << " eager " << eager << " gc " << gc << " layers " << layers);
+              CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+            }
+          }
+}
+
+TEST_CASE("the trace frees only what it allocated, and everything but the weights and state") {
+  const StepSetup s = tiny_setup(true, false, false, false, 2);
+  const auto t = step_trace(s);
+  std::vector<bool> live;
+  for (std::int64_t e : t) {
+    if (e > 0) live.push_back(true);
+    else {
+      REQUIRE(static_cast<size_t>(-e - 1) < live.size());
+      REQUIRE(live[static_cast<size_t>(-e - 1)]);
+      live[static_cast<size_t>(-e - 1)] = false;
+    }
+  }
+}
+
+TEST_CASE("[.table] schedule vs measured", "[.table]") {
+  auto lookup = [](const std::string& id, nlohmann::json& c) { return bundled_config(id, c); };
+  std::map<std::string, std::vector<std::int64_t>> traces;
+  for (Record& r : records("cpu-traces.jsonl")) traces[r.name] = std::move(r.trace);
+  std::printf("| case | measured | schedule | error %% | trace reserved | schedule reserved | error %% |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const Record& r : records("cpu-suite-full.jsonl")) {
+    nlohmann::json req = r.request;
+    for (const char* k : {"steps", "measure"}) req.erase(k);
+    req["model"].erase("source");
+    req["model"].erase("config_inline");
+    const Request q = parse_request(req, +lookup);
+    const auto s = step_setup(q);
+    if (!s) continue;
+    const u64 est = peak_allocated(*s);
+    std::printf("| %s | %llu | %llu | %+.2f |", r.name.c_str(), (unsigned long long)r.measured, (unsigned long long)est,
+                pct(double(est), double(r.measured)));
+    auto it = traces.find(r.name);
+    if (it != traces.end()) {
+      const auto real = alloc::simulate(alloc::events_from_signed(it->second)).stats.peak_reserved;
+      const auto sim = alloc::simulate(alloc::events_from_signed(step_trace(*s))).stats.peak_reserved;
+      std::printf(" %.3f | %.3f | %+.2f |\n", real / 1048576.0, sim / 1048576.0, pct(double(sim), double(real)));
+    } else {
+      std::printf(" | | |\n");
+    }
+  }
+}
