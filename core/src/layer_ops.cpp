@@ -245,9 +245,14 @@ OpList embedding(const LayerSetup& s) {
   (void)s;
   OpList l;
   // LlamaRotaryEmbedding [L]: cos and sin [b, s, head_dim] in the model dtype, used by every layer
-  // (kept by every layer's rotary muls until the backward is over)
-  l.push_back({"rotary.cos", "cos", shape(Sym::B, Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
-  l.push_back({"rotary.sin", "sin", shape(Sym::B, Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  // (kept by every layer's rotary muls until the backward is over); position_ids is one row
+  // shared by the batch, so they are [1, s, head_dim]
+  l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  // eager attention: the model builds one 4-D causal mask [b, 1, s, s] for all layers; add saves
+  // nothing [D], so it lives until the decoder stack returns [L]
+  if (s.eager)
+    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
   // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the last
   // entry of a list is what it hands on)
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
@@ -270,7 +275,9 @@ OpList head_and_loss(const LayerSetup& s) {
   }
   // lm_head: linear saves its input (the frozen head of a LoRA run needs it for the input gradient
   // only, which needs the weight, not the input [D]) — kept by the model output either way
-  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, true, {}, TH,
+  // the model output holds the logits until the loop drops it (`del out`, as the Trainer keeps
+  // only the loss) once the loss is computed; log_softmax keeps its own output, not its input [D]
+  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   // ForCausalLMLoss upcasts the logits (.float()), shifts the labels, cross_entropy =
   // log_softmax (saves its result [D]) + nll_loss

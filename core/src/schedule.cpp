@@ -85,7 +85,7 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     r.grad_bytes.push_back(bytes_of(s, t.grad_input, t.grad_dtype));
     r.weight_bytes.push_back(bytes_of(s, t.weight, t.weight_dtype));
     size_t at = kKeep;
-    if (!t.saved && t.dies_after != "layer_out") {
+    if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
       at = i + 1;
       for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
         if (l[j].name == t.dies_after) at = j;
@@ -220,6 +220,9 @@ void run(Sink& sink, const StepSetup& s) {
         carried = st.out;
         states[sink.slot(k)] = std::move(st);
       });
+      // tensors the decoder stack shares (the eager causal mask) die when it returns
+      for (size_t i = 0; i < emb_l.size(); ++i)
+        if (emb_l[i].dies_after == "decoder_end") sink.free(e.ids[i]), e.ids[i] = -1;
       ListState h = forward(sink, head, carried, false, false);
       int grad = backward(sink, head, h, -1, micro == 0);
       for (int g : h.weight_grads) outer_grads.push_back(g);
