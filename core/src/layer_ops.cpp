@@ -239,6 +239,20 @@ void edit_lora(OpList& l, bool all_linear) {
     auto where = position(l, kBase[k]) + 1;
     l.insert(where, e.begin(), e.end());
   }
+  // in half precision every adapter keeps its own fp32 cast, so nothing keeps the half input of a
+  // Linear any more (the flash kernel still keeps its output, which o_proj reads) [P][D]
+  if (!half) return;
+  struct Reader {
+    std::string_view input, last_reader_all, last_reader_qv;
+  };
+  for (const Reader& r : {Reader{"norm1.out", "v.lora_in", "v.lora_in"}, Reader{"norm2.out", "up.lora_in", "up_proj.base"},
+                          Reader{"mlp.mul", "down.lora_in", "down_proj.base"}}) {
+    TensorOp* t = find_mut(l, r.input);
+    t->saved = false;
+    t->dies_after = all_linear ? r.last_reader_all : r.last_reader_qv;
+  }
+  if (TensorOp* o = find_mut(l, "attn.out"); o->op == "clone")
+    o->saved = false, o->dies_after = all_linear ? "o.lora_in" : "o_proj.base";
 }
 
 OpList embedding(const LayerSetup& s) {
