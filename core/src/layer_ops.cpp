@@ -108,7 +108,7 @@ OpList decoder_layer(const LayerSetup& s) {
   // o_proj reads the output through a transpose view (layout [b, s, heads, d]) [S]
   l.push_back({"o_proj.out", "linear", TH, Dt::Model, false, "attn.residual", TQ, shape(Sym::Q, Sym::H)});
   // residual add: saves nothing [D]; norm2's pow saves it in fp32
-  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, TH});
+  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
   rms_norm(l, "norm2", "mlp.residual");
   // LlamaMLP [L]: down(silu(gate(x)) * up(x)); silu saves self, mul saves both operands [D]
   l.push_back({"gate_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
@@ -116,7 +116,8 @@ OpList decoder_layer(const LayerSetup& s) {
   l.push_back({"up_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
   l.push_back({"mlp.mul", "mul", TI, Dt::Model, true, {}, TI});  // saved by down_proj [D]
   l.push_back({"down_proj.out", "linear", TH, Dt::Model, false, "mlp.residual", TI, shape(Sym::I, Sym::H)});
-  l.push_back({"mlp.residual", "add", TH, Dt::Model, false, "layer_out", TH});
+  l.push_back({"mlp.residual", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
+               "attn.residual"});
   if (s.eager) edit_eager_attention(l, s.gqa);
   else if (s.window_mask) edit_window_mask(l);
   if (s.half) edit_half_precision(l);
@@ -133,7 +134,8 @@ void edit_half_precision(OpList& l) {
     in->saved = false;
     in->dies_after = first ? "attn.residual" : "mlp.residual";
     auto at = position(l, first ? "norm1.pow" : "norm2.pow");
-    at = l.insert(at, {first ? "norm1.upcast" : "norm2.upcast", "_to_copy", TH, Dt::F32, true, {}, kNone});
+    // (its backward casts the fp32 gradient back to the input's dtype)
+    at = l.insert(at, {first ? "norm1.upcast" : "norm2.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
     TensorOp* xh = find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat");
     xh->saved = false;
     auto out = position(l, first ? "norm1.out" : "norm2.out");
@@ -223,13 +225,15 @@ void edit_lora(OpList& l, bool all_linear) {
     it->dies_after = half ? kSum[k] : kOut[k];
     OpList e;
     // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
-    if (half) e.push_back({kIn[k], "_to_copy", in, Dt::F32, true, {}, kNone});
-    // lora_A saves its input [D]; its [T, r] output is kept by lora_B
+    // (its backward casts the fp32 gradient back to the input's dtype)
+    if (half) e.push_back({kIn[k], "_to_copy", in, Dt::F32, true, {}, in});
+    // lora_A saves its input [D]; its [T, r] output is kept by lora_B; the gradients are in the
+    // adapter dtype
     e.push_back({kA[k], "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in,
-                 shape(in.f[1], Sym::R), Dt::Adapter});
+                 shape(in.f[1], Sym::R), Dt::Adapter, Dt::Adapter});
     // lora_B's output, scaled (mul saves nothing: the scale is a number [D]), dies at the sum
     e.push_back({kB[k], "linear", out, Dt::Adapter, false, half ? kSum[k] : kOut[k], shape(Sym::T, Sym::R),
-                 shape(Sym::R, out.f[1]), Dt::Adapter});
+                 shape(Sym::R, out.f[1]), Dt::Adapter, Dt::Adapter});
     // result + adapter: fp32 when the base output is half (type promotion), then cast back [P]
     if (half) e.push_back({kSum[k], "add", out, Dt::F32, false, {}, out});
     result.op = half ? "_to_copy" : "add";
@@ -253,6 +257,22 @@ void edit_lora(OpList& l, bool all_linear) {
   }
   if (TensorOp* o = find_mut(l, "attn.out"); o->op == "clone")
     o->saved = false, o->dies_after = all_linear ? "o.lora_in" : "o_proj.base";
+}
+
+void edit_input_needs_no_grad(OpList& l) {
+  // autograd records no op whose inputs need no gradient: the norm keeps nothing, and the
+  // backward computes no gradient for the input side of q/k/v (only the adapters' chain)
+  const auto rope = position(l, "q.mul_cos");
+  for (auto it = l.begin(); it != rope; ++it) {
+    const std::string_view n = it->name;
+    const bool adapter_chain = n.ends_with("lora_B") || n.ends_with("lora_sum") || n.ends_with("_proj.out");
+    if (!adapter_chain) it->grad_input = kNone;
+    if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false, it->dies_after = {};
+  }
+  TensorOp* in = find_mut(l, "input");
+  in->saved = false;
+  in->dies_after = "attn.residual";
+  find_mut(l, "attn.residual")->residual_of = {};
 }
 
 OpList embedding(const LayerSetup& s) {
@@ -279,7 +299,7 @@ OpList head_and_loss(const LayerSetup& s) {
   rms_norm(l, "norm1", "");
   if (s.half) {
     find_mut(l, "input")->saved = false;
-    l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, kNone});
+    l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
     find_mut(l, "norm1.x_hat")->saved = false;
     l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
   }

@@ -62,6 +62,9 @@ struct TensorOp {
   Shape weight = kNone;         ///< a trained weight: its gradient appears in this op's backward
   Dt weight_dtype = Dt::Model;
   Dt grad_dtype = Dt::Model;    ///< dtype of grad_input (fp32 where the op ran in fp32)
+  /// A residual add: its backward hands the incoming gradient unchanged to both operands; the
+  /// skip part waits at this earlier entry, where autograd sums it with the branch's [D: add].
+  std::string_view residual_of{};
 };
 
 using OpList = std::vector<TensorOp>;
@@ -90,6 +93,9 @@ void edit_half_precision(OpList& l);
 void edit_eager_attention(OpList& l, bool gqa);
 void edit_window_mask(OpList& l);
 void edit_lora(OpList& l, bool all_linear);
+/// The first layer of a LoRA run without checkpointing: its input (the frozen embedding's
+/// output) needs no gradient, so its norm records nothing and no gradient reaches its input.
+void edit_input_needs_no_grad(OpList& l);
 
 /// The list entry of a name, or nullptr.
 [[nodiscard]] const TensorOp* find_op(const OpList& l, std::string_view name);

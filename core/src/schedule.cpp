@@ -71,6 +71,8 @@ u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return mul(sh.element
 struct Resolved {
   const OpList* ops = nullptr;
   std::vector<u64> bytes, grad_bytes, weight_bytes;
+  std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
+  std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
 };
 
@@ -84,6 +86,11 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     r.bytes.push_back(t.op == "carried" ? 0 : bytes_of(s, t.shape, t.dtype));
     r.grad_bytes.push_back(bytes_of(s, t.grad_input, t.grad_dtype));
     r.weight_bytes.push_back(bytes_of(s, t.weight, t.weight_dtype));
+    r.sum_bytes.push_back(bytes_of(s, t.shape, Dt::Model));
+    size_t skip = kKeep;
+    for (size_t j = 0; j < i && !t.residual_of.empty(); ++j)
+      if (l[j].name == t.residual_of) skip = j;
+    r.skip_to.push_back(skip);
     size_t at = kKeep;
     if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
       at = i + 1;
@@ -131,15 +138,40 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
 /// `grad` is the gradient flowing in; returns the one flowing out.
 int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads) {
   const OpList& l = *r.ops;
+  struct Pending {
+    size_t target;
+    int id;
+  };
+  std::vector<Pending> pending;  // skip gradients of residual adds, waiting for their branch
+  auto held = [&](int id) {
+    return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
+  };
   for (size_t i = l.size(); i-- > 0;) {
+    for (size_t p = 0; p < pending.size(); ++p) {
+      if (pending[p].target != i) continue;
+      const int skip = pending[p].id;
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
+      if (grad != skip && grad >= 0) {
+        const int sum = sink.alloc(r.sum_bytes[i]);  // branch + skip, summed by autograd
+        sink.free(skip);
+        if (!held(grad)) sink.free(grad);
+        grad = sum;
+      } else {
+        grad = skip;
+      }
+      break;
+    }
     if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i]));
+    if (r.skip_to[i] != kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
     if (r.grad_bytes[i] > 0) {
       const int g = sink.alloc(r.grad_bytes[i]);
-      sink.free(grad);
+      if (!held(grad)) sink.free(grad);
       grad = g;
     }
     if (st.ids[i] >= 0) sink.free(st.ids[i]), st.ids[i] = -1;
   }
+  for (const Pending& p : pending)
+    if (p.id != grad) sink.free(p.id);
   return grad;
 }
 
@@ -200,21 +232,32 @@ void run(Sink& sink, const StepSetup& s) {
   // backward accumulates into it in place
   if (s.tied_embeddings) emb_l.back().weight = kNone;
   const OpList layer_l = decoder_layer(s.layer), head_l = head_and_loss(s.layer);
+  // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
+  // enable_input_require_grads only for checkpointing), so that layer has its own list
+  const bool first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
+  OpList first_l = layer_l;
+  if (first_differs) edit_input_needs_no_grad(first_l);
   const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
+  const Resolved first = resolve(s, first_l);
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
   for (const ParamTensor& t : op) sink.alloc(t.bytes);
   sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes); });
-  const u64 layer_slots = s.layers;
-  std::vector<ListState> states(layer_slots);
-  std::vector<std::vector<int>> layer_grads(layer_slots), layer_state(layer_slots);
-  std::vector<int> outer_grads, outer_state;
+  const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
+  std::vector<ListState> states(rest);
+  ListState state0;
+  std::vector<std::vector<int>> layer_grads(rest);
+  std::vector<int> outer_grads, outer_state, grads0;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
       const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8));  // input_ids (labels: the same tensor)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
-      sink.repeat(s.layers, [&](u64 k) {
+      if (first_differs) {
+        state0 = forward(sink, first, carried, false, false);
+        carried = state0.out;
+      }
+      sink.repeat(rest, [&](u64 k) {
         // checkpointing keeps the layer input (the checkpoint's only saved tensor)
         ListState st = forward(sink, layer, carried, s.checkpointing, s.checkpointing);
         carried = st.out;
@@ -226,8 +269,8 @@ void run(Sink& sink, const StepSetup& s) {
       ListState h = forward(sink, head, carried, false, false);
       int grad = backward(sink, head, h, -1, micro == 0);
       for (int g : h.weight_grads) outer_grads.push_back(g);
-      sink.repeat(s.layers, [&](u64 k) {
-        ListState& st = states[sink.slot(s.layers - 1 - k)];
+      sink.repeat(rest, [&](u64 k) {
+        ListState& st = states[sink.slot(rest - 1 - k)];
         if (s.checkpointing) {
           const int input = st.ids[0];
           st = forward(sink, layer, input, false, true);  // recomputation; its output is not kept
@@ -235,8 +278,12 @@ void run(Sink& sink, const StepSetup& s) {
           st.ids[0] = input;
         }
         grad = backward(sink, layer, st, grad, micro == 0);
-        if (micro == 0) layer_grads[sink.slot(s.layers - 1 - k)] = st.weight_grads;
+        if (micro == 0) layer_grads[sink.slot(rest - 1 - k)] = st.weight_grads;
       });
+      if (first_differs) {
+        grad = backward(sink, first, state0, grad, micro == 0);
+        if (micro == 0) grads0 = state0.weight_grads;
+      }
       grad = backward(sink, emb, e, grad, micro == 0);
       for (int g : e.weight_grads) outer_grads.push_back(g);
       sink.free(grad);
@@ -257,15 +304,17 @@ void run(Sink& sink, const StepSetup& s) {
     if (s.optimizer == StepOptimizer::AdamWForeach) {
       std::vector<int> tmp;
       for (u64 b : to) tmp.push_back(sink.alloc(b));
-      std::vector<std::vector<int>> ltmp(layer_slots);
+      std::vector<std::vector<int>> ltmp(s.layers);
       sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b)); });
       for (int t : tmp) sink.free(t);
       sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
     }
     // zero_grad(set_to_none=True)
     for (int g : outer_grads) sink.free(g);
+    for (int g : grads0) sink.free(g);
     outer_grads.clear();
-    sink.repeat(s.layers, [&](u64 k) {
+    grads0.clear();
+    sink.repeat(rest, [&](u64 k) {
       for (int g : layer_grads[sink.slot(k)]) sink.free(g);
       layer_grads[sink.slot(k)].clear();
     });
