@@ -12,6 +12,7 @@
 
 #include "layer_ops.hpp"
 #include "memfit/allocator.hpp"
+#include "memfit/estimate.hpp"
 #include "memfit/library.hpp"
 #include "memfit/request.hpp"
 #include "schedule.hpp"
@@ -133,21 +134,66 @@ TEST_CASE("the trace frees only what it allocated, and everything but the weight
   }
 }
 
-TEST_CASE("[.table] schedule vs measured", "[.table]") {
-  auto lookup = [](const std::string& id, nlohmann::json& c) { return bundled_config(id, c); };
+namespace {
+
+bool lookup(const std::string& id, nlohmann::json& c) { return bundled_config(id, c); }
+
+/// The request of a measured record, as the estimator reads it (the validator's own fields dropped).
+Request request_of(const Record& r) {
+  nlohmann::json req = r.request;
+  for (const char* k : {"steps", "measure"}) req.erase(k);
+  req["model"].erase("source");
+  req["model"].erase("config_inline");
+  return parse_request(req, &lookup);
+}
+
+}  // namespace
+
+// The issue's gate: the schedule's peak within 2 % of every CPU measurement it covers
+// (nothing here was fitted on these records: the lists follow derivatives.yaml and the modeling files).
+TEST_CASE("the schedule's allocated peak is within 2 % of every covered CPU suite measurement") {
+  int covered = 0;
+  for (const Record& r : records("cpu-suite-full.jsonl")) {
+    const auto s = step_setup(request_of(r));
+    if (!s) continue;
+    ++covered;
+    INFO(r.name << ": measured " << r.measured << ", schedule " << peak_allocated(*s));
+    CHECK(std::abs(pct(double(peak_allocated(*s)), double(r.measured))) <= 2.0);
+  }
+  CHECK(covered >= 50);  // llama, mistral, qwen2 x full/LoRA x fp32/bf16 x gc x eager/sdpa
+}
+
+// Reserved: the schedule replayed through the caching-allocator simulation against the tracker's
+// real allocation trace replayed through the same simulation. On these tiny models reserved is a
+// count of 2 MiB segments; the schedule is within one segment on every covered trace.
+TEST_CASE("the schedule's simulated reserved is within one segment of the replayed real trace") {
   std::map<std::string, std::vector<std::int64_t>> traces;
   for (Record& r : records("cpu-traces.jsonl")) traces[r.name] = std::move(r.trace);
-  std::printf("| case | measured | schedule | error %% | trace reserved | schedule reserved | error %% |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  int compared = 0;
   for (const Record& r : records("cpu-suite-full.jsonl")) {
-    nlohmann::json req = r.request;
-    for (const char* k : {"steps", "measure"}) req.erase(k);
-    req["model"].erase("source");
-    req["model"].erase("config_inline");
-    const Request q = parse_request(req, +lookup);
-    const auto s = step_setup(q);
+    const auto s = step_setup(request_of(r));
+    auto it = traces.find(r.name);
+    if (!s || it == traces.end()) continue;
+    ++compared;
+    const auto real = alloc::simulate(alloc::events_from_signed(it->second)).stats.peak_reserved;
+    const auto sim = alloc::simulate(alloc::events_from_signed(step_trace(*s))).stats.peak_reserved;
+    INFO(r.name << ": replayed trace " << real << ", schedule " << sim);
+    CHECK(std::max(real, sim) - std::min(real, sim) <= alloc::kSmallBuffer);
+  }
+  CHECK(compared >= 12);
+}
+
+TEST_CASE("[.table] schedule vs measured", "[.table]") {
+  std::map<std::string, std::vector<std::int64_t>> traces;
+  for (Record& r : records("cpu-traces.jsonl")) traces[r.name] = std::move(r.trace);
+  std::printf("| case | measured | today's estimate | error %% | schedule | error %% | replayed trace reserved MiB | schedule reserved MiB | error %% |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (const Record& r : records("cpu-suite-full.jsonl")) {
+    const auto s = step_setup(request_of(r));
     if (!s) continue;
     const u64 est = peak_allocated(*s);
-    std::printf("| %s | %llu | %llu | %+.2f |", r.name.c_str(), (unsigned long long)r.measured, (unsigned long long)est,
+    const u64 today = estimate(request_of(r)).allocated_peak_bytes;
+    std::printf("| %s | %llu | %llu | %+.2f | %llu | %+.2f |", r.name.c_str(), (unsigned long long)r.measured,
+                (unsigned long long)today, pct(double(today), double(r.measured)), (unsigned long long)est,
                 pct(double(est), double(r.measured)));
     auto it = traces.find(r.name);
     if (it != traces.end()) {
