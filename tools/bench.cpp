@@ -12,6 +12,7 @@
 #include "memfit/allocator.hpp"
 #include "memfit/api.hpp"
 #include "memfit/planner.hpp"
+#include "schedule.hpp"
 
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -84,12 +85,37 @@ int main() {
   for (int i = 0; i < sim_runs; ++i) reserved += memfit::alloc::simulate(trace).stats.peak_reserved % 1000003;
   const double per_sim = seconds_since(t0) / sim_runs;
 
+  // The tensor schedule (core/src/schedule.hpp) of the estimate's request: the allocated peak by the
+  // periodic shortcut, and the whole trace replayed through the allocator simulation.
+  const auto setup = memfit::sched::step_setup(request);
+  double per_schedule = 0, per_schedule_sim = 0;
+  size_t schedule_events = 0;
+  if (setup) {
+    memfit::sched::StepSetup s = *setup;
+    t0 = clock::now();
+    for (int i = 0; i < 10000; ++i) {
+      s.dims.b = 1 + (i % 16);
+      checksum += memfit::sched::peak_allocated(s) % 1000003;
+    }
+    per_schedule = seconds_since(t0) / 10000;
+    t0 = clock::now();
+    const int runs = 5;
+    for (int i = 0; i < runs; ++i) {
+      const auto t = memfit::sched::step_trace(*setup);
+      schedule_events = t.size();
+      reserved += memfit::alloc::simulate(memfit::alloc::events_from_signed(t)).stats.peak_reserved % 1000003;
+    }
+    per_schedule_sim = seconds_since(t0) / runs;
+  }
+
   std::printf("estimate_json, first call:                 %8.3f ms\n", first * 1e3);
   std::printf("estimate_json (parse config + estimate):   %8.3f ms per call\n", per_json * 1e3);
   std::printf("estimate (parsed request) x 10,000:        %8.3f ms in all, %.2f us each\n", ten_thousand * 1e3,
               ten_thousand / 10000 * 1e6);
   std::printf("plan, 8 GPUs (%zu layouts, search + grid): %8.3f ms per plan\n", candidates, per_plan * 1e3);
   std::printf("allocator replay, %zu-event step trace:  %8.3f us per replay\n", trace.size(), per_sim * 1e6);
+  std::printf("schedule peak (periodic shortcut):          %8.3f us each\n", per_schedule * 1e6);
+  std::printf("schedule trace + allocator replay (%zu ev): %8.3f us each\n", schedule_events, per_schedule_sim * 1e6);
   std::printf("(checksum %llu, output %zu bytes)\n", checksum + reserved, once.size());
   return 0;
 }

@@ -74,6 +74,7 @@ struct Resolved {
   std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
   std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
+  std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
 };
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
@@ -95,10 +96,17 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
       at = i + 1;
       for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
-        if (l[j].name == t.dies_after) at = j;
+        if (l[j].name == t.dies_after) {
+          at = j;
+          break;
+        }
     }
-    r.dies_at.push_back(std::min(at, l.empty() ? 0 : (at == kKeep ? kKeep : l.size() - 1)));
+    r.dies_at.push_back(at == kKeep ? kKeep : std::min(at, l.size() - 1));
   }
+  for (size_t j = 0; j < l.size(); ++j)
+    if (r.dies_at[j] != kKeep) r.death_order.push_back(j);
+  std::stable_sort(r.death_order.begin(), r.death_order.end(),
+                   [&](size_t a, size_t b) { return r.dies_at[a] < r.dies_at[b]; });
   return r;
 }
 
@@ -115,11 +123,13 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   const OpList& l = *r.ops;
   ListState st;
   st.ids.assign(l.size(), -1);
+  size_t next_death = 0;
   for (size_t i = 0; i < l.size(); ++i) {
     st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i]);
-    for (size_t j = keep_input ? 1 : 0; j < i; ++j)
-      if (r.dies_at[j] == i && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
-    // a transient that dies "after the next entry" when it is the last one dies with the list
+    for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
+      const size_t j = r.death_order[next_death];
+      if ((j != 0 || !keep_input) && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+    }
   }
   st.out = st.ids.back();
   for (size_t j = 0; j + 1 < l.size(); ++j)
@@ -235,10 +245,10 @@ void run(Sink& sink, const StepSetup& s) {
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
   const bool first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
-  OpList first_l = layer_l;
-  if (first_differs) edit_input_needs_no_grad(first_l);
+  OpList first_l;
+  if (first_differs) first_l = layer_l, edit_input_needs_no_grad(first_l);
   const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
-  const Resolved first = resolve(s, first_l);
+  const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
   for (const ParamTensor& t : op) sink.alloc(t.bytes);
