@@ -59,8 +59,7 @@ OpList::iterator position(OpList& l, std::string_view name) {
 
 /// LlamaRMSNorm in fp32 [L]: pow(2) [D: saves self, the input], mean, +eps, rsqrt [D: saves
 /// result], x * rsqrt (kept by the weight's mul for the weight gradient [D]), weight * x_hat.
-void rms_norm(OpList& l, std::string_view p, std::string_view input_dies_after) {
-  (void)input_dies_after;
+void rms_norm(OpList& l, std::string_view p) {
   l.push_back({p == "norm1" ? "norm1.pow" : "norm2.pow", "pow", TH, Dt::F32, false, {}, kNone});
   l.push_back({p == "norm1" ? "norm1.mean" : "norm2.mean", "mean", T1, Dt::F32, false, {}, kNone});
   l.push_back({p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", "rsqrt", T1, Dt::F32, true, {}, kNone});
@@ -93,7 +92,7 @@ OpList decoder_layer(const LayerSetup& s) {
   l.reserve(48);
   // the layer input (the previous layer's output): in fp32 norm1's pow saves it [D]
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
-  rms_norm(l, "norm1", "attn.residual");
+  rms_norm(l, "norm1");
   // q/k/v_proj: linear saves its input for the weight gradient [D: mm saves self] (norm1.out)
   l.push_back({"q_proj.out", "linear", TQ, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::Q)});
   l.push_back({"k_proj.out", "linear", TKV, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::KV)});
@@ -109,7 +108,7 @@ OpList decoder_layer(const LayerSetup& s) {
   l.push_back({"o_proj.out", "linear", TH, Dt::Model, false, "attn.residual", TQ, shape(Sym::Q, Sym::H)});
   // residual add: saves nothing [D]; norm2's pow saves it in fp32
   l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
-  rms_norm(l, "norm2", "mlp.residual");
+  rms_norm(l, "norm2");
   // LlamaMLP [L]: down(silu(gate(x)) * up(x)); silu saves self, mul saves both operands [D]
   l.push_back({"gate_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
   l.push_back({"mlp.act", "silu", TI, Dt::Model, true, {}, TI});
@@ -296,7 +295,7 @@ OpList embedding(const LayerSetup& s) {
 OpList head_and_loss(const LayerSetup& s) {
   OpList l;
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
-  rms_norm(l, "norm1", "");
+  rms_norm(l, "norm1");
   if (s.half) {
     find_mut(l, "input")->saved = false;
     l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
