@@ -18,6 +18,7 @@
 #include "memfit/serving.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -42,10 +43,10 @@ const std::vector<EngineProfile> kProfiles = {
      ServeFraction::Fixed, 0.90, false, false, false, 16, 0.0, 0.55,
      "vllm/worker/worker.py determine_num_available_blocks (peak torch memory + non-torch memory)"},
     // PR #10511 (0.6.5) measures non-torch memory against a baseline taken before the model
-    // loads and counts cuBLAS/NCCL set-up in it: 1.79 GiB at TP 1, 3.58 GiB at TP 2 on an H100
-    // (non_torch_gib / non_torch_tp_gib set from those two logs: role "fit" in serving_logs.json).
+    // loads. Its own example printed 1.79 GiB (H100, TP 1), later 0.7-0.8 logs 0.2-0.45 GiB
+    // (RTX 4090 TP 2, A100-40GB TP 4): the row keeps the CUDA context only, nothing fitted.
     {"vllm", "vLLM 0.6.5-0.7 (V0 engine, PR #10511 profiling)", 605, ServeBudget::UtilMinusPeak,
-     ServeConcurrency::TokensOverLen, ServeFraction::Fixed, 0.90, false, false, false, 16, 1.20, 1.79,
+     ServeConcurrency::TokensOverLen, ServeFraction::Fixed, 0.90, false, false, false, 16, 0.0, 0.1,
      "vllm/worker/worker.py determine_num_available_blocks (memory_profiling, PR #10511)"},
     {"vllm", "vLLM 0.8 (V1 engine)", 800, ServeBudget::UtilMinusPeak, ServeConcurrency::TokensOverLen,
      ServeFraction::Fixed, 0.90, false, true, false, 16, 0.0, 0.55,
@@ -53,9 +54,17 @@ const std::vector<EngineProfile> kProfiles = {
     {"vllm", "vLLM 0.9 (V1 engine)", 900, ServeBudget::UtilMinusIncrease, ServeConcurrency::BlocksPerRequest,
      ServeFraction::Fixed, 0.90, false, true, false, 16, 0.10, 0.55,
      "vllm/v1/worker/gpu_worker.py (requested_memory - non_kv_cache_memory); kv_cache_utils.py"},
-    {"vllm", "vLLM 0.10+ (V1, hybrid KV manager)", 1000, ServeBudget::UtilMinusIncrease,
+    {"vllm", "vLLM 0.10-0.20 (V1, hybrid KV manager)", 1000, ServeBudget::UtilMinusIncrease,
      ServeConcurrency::BlocksPerRequest, ServeFraction::Fixed, 0.90, true, true, false, 16, 0.10, 0.55,
      "vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size, _report_kv_cache_config"},
+    // "the CUDA-graph memory profiling (default since v0.21)" takes the graph pool out of the
+    // budget before the KV cache is sized (vLLM's own start-up note, quoted in
+    // github.com/eugr/spark-vllm-docker/issues/396).
+    // The stable docs (docs.vllm.ai/en/stable/cli/serve) give gpu_memory_utilization 0.92 by
+    // default; the release that raised it from 0.9 was not established: taken as this row.
+    {"vllm", "vLLM 0.21+ (V1, CUDA graphs profiled)", 2100, ServeBudget::UtilMinusIncrease,
+     ServeConcurrency::BlocksPerRequest, ServeFraction::Fixed, 0.92, true, true, true, 16, 0.10, 0.55,
+     "vllm/v1/worker/gpu_worker.py (CUDA graph memory profiled into non-KV memory)"},
     {"sglang", "SGLang 0.3-0.4.6", 300, ServeBudget::StaticMinusUsed, ServeConcurrency::TokensOverLen,
      ServeFraction::ByTpSize, 0.88, false, true, true, 1, 0.0, 0.55,
      "sglang/srt/model_executor/model_runner.py profile_max_num_token; server_args.py __post_init__"},
