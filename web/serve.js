@@ -117,9 +117,20 @@ export async function startServePanel(apiPromise = loadMemfit()) {
       } catch (e) {
         $('serve-summary').replaceChildren(el('p', {}, e.message));
       }
+      card.dataset.model = base.model.id;
       card.dataset.ready = '1';
     });
   };
+  // The main form sets the model and GPU without change events (URL state, Hub lookups):
+  // follow them by polling the two values.
+  let seen = '';
+  setInterval(() => {
+    const now = JSON.stringify(readBase());
+    if (now !== seen) {
+      seen = now;
+      update();
+    }
+  }, 400);
   $('serve-engine').addEventListener('change', () => {
     $('serve-util').value = $('serve-engine').value === 'vllm' ? '0.9' : '0.88';
     update();

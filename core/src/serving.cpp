@@ -108,6 +108,25 @@ constexpr u64 kSamplerBytesPerLogit = 18;
 /// batch's activations. Per-graph bytes per layer: a rough figure (not checked against logs).
 constexpr u64 kGraphBytesPerLayer = 64 * 1024;
 
+/// The total the engines budget from (torch.cuda.mem_get_info), below nvidia-smi's total by
+/// what the driver keeps. Where public start-up logs print it: H100 80GB 79.11-79.33 GiB in
+/// vLLM logs quoted in public repositories (79.19 taken; also the research notes' "physical
+/// 79.19 GiB"), A100-40GB 39.38 GiB (vllm issue #16570), RTX 3090 23.58 GiB (vllm issue #14447).
+/// Used only when the request names a catalog GPU without its own memory_gib.
+struct VisibleRow {
+  const char* gpu;
+  double gib;
+};
+constexpr VisibleRow kCudaVisible[] = {{"H100-SXM-80GB", 79.19}, {"A100-40GB", 39.38}, {"RTX3090-24GB", 23.58}};
+
+u64 cuda_visible_bytes(const GpuSetup& g) {
+  const GpuSpec* spec = find_gpu(g.name);
+  if (!spec || spec->memory_bytes != g.memory_bytes) return g.memory_bytes;  // a size the user gave
+  for (const VisibleRow& row : kCudaVisible)
+    if (g.name == row.gpu) return static_cast<u64>(row.gib * 1073741824.0);
+  return g.memory_bytes;
+}
+
 [[noreturn]] void bad(const std::string& what) { throw Error(what); }
 
 u64 whole(const json& v, const char* field, u64 lo, u64 hi) {
@@ -506,9 +525,9 @@ ServingEstimate account(const Request& r) {
   const ModelSpec& m = r.model;
   ServingEstimate e;
   e.profile = x.profile;
-  e.gpu_memory_bytes = r.gpu.memory_bytes;
+  e.gpu_memory_bytes = cuda_visible_bytes(r.gpu);
   e.fraction = x.fraction;
-  e.budget_bytes = static_cast<u64>(std::floor(static_cast<double>(r.gpu.memory_bytes) * x.fraction));
+  e.budget_bytes = static_cast<u64>(std::floor(static_cast<double>(e.gpu_memory_bytes) * x.fraction));
   e.weights_bytes = weights_per_rank(r, x);
   const bool activations_counted = x.profile->budget != ServeBudget::StaticMinusUsed;
   e.activation_peak_bytes = activations_counted ? activation_peak(m, x) : 0;

@@ -20,7 +20,11 @@ const fitting = (page) => page.locator('#serve-grid td[data-fits="1"]').count();
 test('the Serve panel shows which contexts and concurrencies fit, and reacts to its controls', async () => {
   const env = await hermeticContext(browser, server.url, async () => ({ status: 404, body: '{}' }), { viewport: { width: 1366, height: 900 } });
   const { page, errors } = await openPage(env.context, server.url);
-  await page.waitForSelector('#serve-card[data-ready="1"]');
+  // the panel follows the main form's model once the page has set it
+  await page.waitForFunction(() => {
+    const card = document.querySelector('#serve-card');
+    return card.dataset.ready === '1' && card.dataset.model === document.querySelector('#model').value;
+  });
   assert.equal(await page.locator('#serve-grid tbody tr').count(), 7);
   assert.equal(await page.locator('#serve-grid tbody tr:first-child td').count(), 9);
   const auto = await fitting(page);
