@@ -127,6 +127,10 @@ TEST_CASE("SGLang: tokens = (total x mem_fraction_static - used after load) // c
   CHECK(serve(serve_request("meta-llama/Llama-3.1-8B", {{"engine", "sglang"}, {"engine_version", "0.4.6"}, {"tp_size", 4}}, "H100")).fraction == 0.85);
   // 0.4.7+: (81559 MiB - (9.5 + 1/2) GiB) / 81559 MiB, rounded to 3 places
   CHECK(serve(serve_request("meta-llama/Llama-3.1-8B", {{"engine", "sglang"}})).fraction == Approx(0.874));
+  // a GPU smaller than SGLang's default reserve: an error that says what to set, not a negative budget
+  CHECK_THROWS_WITH(serve(request_from_json({{"model", {{"id", "Qwen/Qwen2.5-0.5B"}}}, {"task", "serve"}, {"gpu", {{"memory_gib", 2}}},
+                                             {"serving", {{"engine", "sglang"}}}})),
+                    Catch::Contains("mem_fraction_static"));
   // max_total_tokens caps the pool
   CHECK(serve(serve_request("meta-llama/Llama-3.1-8B", {{"engine", "sglang"}, {"max_total_tokens", 1000}})).kv_cache_tokens == 1000);
 }

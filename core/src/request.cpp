@@ -363,8 +363,8 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
 
   // Consistency between fields.
-  if (r.task == Task::Qlora && (r.quantization == Quantization::None || r.quantization == Quantization::GptqInt4 ||
-                                r.quantization == Quantization::AwqInt4 || r.quantization == Quantization::Fp8)) {
+  if (r.task == Task::Qlora && r.quantization != Quantization::Nf4 && r.quantization != Quantization::Nf4Double &&
+      r.quantization != Quantization::Int8) {
     if (r.quantization != Quantization::None)
       throw Error("task \"qlora\" trains over bitsandbytes weights: use quantization \"nf4\", \"nf4_double\" or \"int8\"");
     r.quantization = Quantization::Nf4;

@@ -351,6 +351,8 @@ Resolved resolve(const Request& r) {
   x.ep = s.enable_expert_parallel ? x.tp * x.dp : 1;
   const double chosen = x.vllm ? s.gpu_memory_utilization : s.mem_fraction_static;
   x.fraction = chosen > 0 ? chosen : default_fraction(*x.profile, s, r.gpu.memory_bytes);
+  if (!(x.fraction > 0 && x.fraction <= 1))
+    bad("SGLang reserves more than this GPU's memory by default: set serving.mem_fraction_static (e.g. 0.8)");
   x.block = s.block_size ? s.block_size : x.profile->default_block_size;
   x.max_model_len = s.max_model_len ? s.max_model_len : m.max_positions;
   if (x.max_model_len == 0)
@@ -546,10 +548,10 @@ ServingEstimate account(const Request& r) {
   e.kv_bytes_per_token = mul(k.per_token.bytes_per_layer, k.layers);
   e.block_bytes = mul(k.page, k.layers);
   if (x.vllm) {
-    e.num_gpu_blocks = k.page ? e.kv_cache_bytes / k.page / k.group_size : 0;
+    e.num_gpu_blocks = k.page && k.group_size ? e.kv_cache_bytes / k.page / k.group_size : 0;
     e.kv_cache_tokens = mul(e.num_gpu_blocks / k.groups, x.block);
     const u64 per_request = blocks_per_request(k, x, x.max_model_len);
-    e.max_concurrency = x.profile->concurrency == ServeConcurrency::BlocksPerRequest
+    e.max_concurrency = x.profile->concurrency == ServeConcurrency::BlocksPerRequest && per_request > 0
                             ? static_cast<double>(e.num_gpu_blocks) / static_cast<double>(per_request)
                             : static_cast<double>(e.kv_cache_tokens) / static_cast<double>(x.max_model_len);
   } else {
