@@ -104,9 +104,9 @@ void print_plan(const nlohmann::json& p) {
   if (p.contains("layouts")) {  // task "serve"
     std::printf("%s on %s x %s, serving %s-token requests\n\n", p["model"].value("id", std::string("inline config")).c_str(),
                 p["num_gpus"].dump().c_str(), p["gpu"]["name"].get<std::string>().c_str(), thousands(p["context"]).c_str());
-    std::printf("  %-52s %12s %12s %12s\n", "layout", "KV tokens", "conc./repl.", "concurrency");
+    std::printf("  %-68s %12s %12s %12s\n", "layout", "KV tokens", "conc./repl.", "concurrency");
     for (const auto& l : p["layouts"])
-      std::printf("  %-52s %12s %12.2f %12.2f%s\n", l["label"].get<std::string>().c_str(),
+      std::printf("  %-68s %12s %12.2f %12.2f%s\n", l["label"].get<std::string>().c_str(),
                   thousands(l["serving"]["kv_cache_tokens"]).c_str(), l["concurrency_per_replica"].get<double>(),
                   l["concurrency_total"].get<double>(), l["fits"].get<bool>() ? "" : "  (does not fit)");
     std::printf("\nrecommendation: %s\n%s\n", p["recommendation"].get<std::string>().c_str(),

@@ -194,6 +194,19 @@ TEST_CASE("Serving planner: 3 or 64 GPUs split into TP groups x replicas, never 
   r.num_gpus = 64;
   const ServePlan big = plan_serving(r);
   for (const ServeLayout& l : big.layouts) CHECK(l.tp * l.pp * l.replicas == 64);
+  // MoE: DP ranks with the experts over every GPU hold fewer weights per GPU than plain replicas
+  Request moe = serve_request("Qwen/Qwen3-30B-A3B", {{"max_model_len", 8192}});
+  moe.num_gpus = 4;
+  const ServePlan mp = plan_serving(moe);
+  const ServeLayout* plain = nullptr;
+  const ServeLayout* ep = nullptr;
+  for (const ServeLayout& l : mp.layouts) {
+    if (l.tp == 1 && l.pp == 1) (l.expert_parallel ? ep : plain) = &l;
+  }
+  REQUIRE(plain);
+  REQUIRE(ep);
+  CHECK(ep->per_gpu.weights_bytes < plain->per_gpu.weights_bytes);
+  CHECK(ep->concurrency_total > plain->concurrency_total);
   // the JSON plan of task serve
   const json j = json::parse(plan_json(
       R"({"model":{"id":"meta-llama/Llama-3.1-70B"},"task":"serve","cluster":{"gpu":{"name":"H100"},"num_gpus":3},"serving":{"max_model_len":8192}})"));

@@ -669,17 +669,19 @@ ServePlan plan_serving(const Request& r) {
     if (m.heads % tp != 0) continue;  // the engines require heads divisible by TP
     for (u64 pp = 1; tp * pp <= n && pp <= m.layers; pp *= 2) {
       for (bool ep : {false, true}) {
-        if (ep && (!is_moe(m) || tp * (n / (tp * pp)) < 2)) continue;
+        // MoE: the replicas can instead run as one data-parallel engine whose expert layers span
+        // all tp x dp GPUs (vLLM DP + EP), so each GPU holds fewer experts and more KV cache.
+        if (ep && (!is_moe(m) || n / (tp * pp) < 2 || pp > 1)) continue;
         Request q = r;
         q.serving.tensor_parallel_size = tp;
         q.serving.pipeline_parallel_size = pp;
-        q.serving.data_parallel_size = 1;
+        q.serving.data_parallel_size = ep ? n / (tp * pp) : 1;
         q.serving.enable_expert_parallel = ep;
         ServeLayout l;
         l.tp = tp, l.pp = pp, l.replicas = n / (tp * pp), l.expert_parallel = ep;
         l.unused_gpus = n - l.replicas * tp * pp;
         l.label = "TP " + std::to_string(tp) + " x PP " + std::to_string(pp) + ", " + std::to_string(l.replicas) +
-                  (l.replicas == 1 ? " replica" : " replicas") + (ep ? " (expert parallel)" : "") +
+                  (l.replicas == 1 ? " replica" : " replicas") + (ep ? " as DP ranks, experts over all GPUs (EP)" : "") +
                   (l.unused_gpus ? ", " + std::to_string(l.unused_gpus) + " GPU(s) unused" : "");
         try {
           l.per_gpu = account(q);
