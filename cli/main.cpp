@@ -7,6 +7,7 @@
 //   memfit inspect CONFIG.json              how memfit reads a config.json
 //   memfit defaults                         every request field with its default
 //   memfit validate CASES.json ...          run real training steps and compare (validate_command.cpp)
+//   memfit validate --serve-log LOG ...     a vLLM / SGLang start-up log vs task "serve" (serve_log.cpp)
 // REQUEST.json may be "-" for standard input. Errors: exit 2 and one line on stderr.
 #include <cstdio>
 #include <fstream>
@@ -18,6 +19,7 @@
 
 #include "memfit/api.hpp"
 #include "report.hpp"
+#include "serve_log.hpp"
 #include "validate_command.hpp"
 
 namespace {
@@ -33,6 +35,8 @@ int usage() {
                "       memfit inspect CONFIG.json\n"
                "       memfit validate CASES.json [--device cpu|cuda] [--json|--markdown] [--record FILE]\n"
                "       memfit validate --replay FILE [--json|--markdown]\n"
+               "       memfit validate --serve-log LOG.txt --request REQUEST.json [--json]\n"
+               "       memfit validate --serve-launch REQUEST.json --model-path PATH [--timeout S]   (GPU; untested)\n"
                "REQUEST.json may be - for standard input; see README.md for the request fields.\n");
   return kUsage;
 }
@@ -88,7 +92,8 @@ int main(int argc, char** argv) {
   if (cmd == "models") return emit(memfit::models_json(), as_json, memfit::cli::print_models);
   if (cmd == "gpus") return emit(memfit::gpus_json(), as_json, memfit::cli::print_gpus);
   if (cmd == "defaults") return emit(memfit::defaults_json(), true, nullptr);
-  if (cmd == "validate") return memfit::cli::run_validate(args);
+  if (cmd == "validate")
+    return memfit::cli::is_serve_validate(args) ? memfit::cli::run_serve_validate(args) : memfit::cli::run_validate(args);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage();
     return 0;

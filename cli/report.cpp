@@ -16,9 +16,55 @@ std::string count(const nlohmann::json& n) {
   else std::snprintf(buf, sizeof buf, "%.0f", v);
   return buf;
 }
+std::string thousands(const nlohmann::json& n) {
+  std::string digits = std::to_string(n.get<unsigned long long>()), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+/// task "serve": the figures in the order and words of the engine's start-up log.
+void print_serving(const nlohmann::json& e) {
+  const auto& s = e["serving"];
+  const bool vllm = s["engine"] == "vllm";
+  std::printf("%s (%s) on %s, %s, TP %s x PP %s (DP %s)\n\n", e["model"].value("id", std::string("inline config")).c_str(),
+              e["model"]["model_type"].get<std::string>().c_str(), e["gpu"]["name"].get<std::string>().c_str(),
+              s["engine_profile"].get<std::string>().c_str(), s["tensor_parallel_size"].dump().c_str(),
+              s["pipeline_parallel_size"].dump().c_str(), s["data_parallel_size"].dump().c_str());
+  std::printf("  the instance can use total_gpu_memory (%.2fGiB) x %s (%.3g) = %.2fGiB\n", gib(s["gpu_memory_bytes"]),
+              vllm ? "gpu_memory_utilization" : "mem_fraction_static", s["memory_fraction"].get<double>(), gib(s["budget_bytes"]));
+  std::printf("  Model loading took %.2f GiB\n", gib(s["weights_bytes"]));
+  std::printf("  non-torch memory %.2f GiB; PyTorch activation peak memory %.2f GiB (profile: %s tokens, %s seqs)\n",
+              gib(s["non_torch_bytes"]), gib(s["activation_peak_bytes"]), s["max_num_batched_tokens"].dump().c_str(),
+              s["max_num_seqs"].dump().c_str());
+  std::printf("  Available KV cache memory: %.2f GiB\n", gib(s["kv_cache_bytes"]));
+  std::printf("  GPU KV cache size: %s tokens (%s blocks of %s)\n", thousands(s["kv_cache_tokens"]).c_str(),
+              thousands(s["num_gpu_blocks"]).c_str(), s["block_size"].dump().c_str());
+  std::printf("  Maximum concurrency for %s tokens per request: %.2fx\n", thousands(s["max_model_len"]).c_str(),
+              s["max_concurrency"].get<double>());
+  std::printf("  CUDA graphs: %.2f GiB (%s)\n", gib(s["cuda_graph_bytes"]),
+              s["cuda_graph_in_budget"].get<bool>() ? "inside the budget" : "outside the budget, captured after the KV cache");
+  std::printf("  longest max_model_len that fits: %s tokens\n\n", thousands(s["max_model_len_that_fits"]).c_str());
+  if (s["fits"].get<bool>()) {
+    std::printf("FITS.\n");
+  } else {
+    std::printf("DOES NOT FIT: %.2f GiB short for one %s-token request.\n", gib(s["shortfall_bytes"]),
+                thousands(s["max_model_len"]).c_str());
+    for (const auto& f : s["fixes"])
+      std::printf("  would fit with %-28s %s tokens, concurrency %.2fx (%s)\n", f["change"].get<std::string>().c_str(),
+                  thousands(f["kv_cache_tokens"]).c_str(), f["max_concurrency"].get<double>(), f["detail"].get<std::string>().c_str());
+  }
+  for (const auto& n : s["notes"]) std::printf("note: %s\n", n.get<std::string>().c_str());
+}
 }  // namespace
 
 void print_estimate(const nlohmann::json& e) {
+  if (e.contains("serving")) {
+    print_serving(e);
+    return;
+  }
   const auto& m = e["model"];
   const auto& g = e["per_gpu"];
   const auto& req = e["request"];
@@ -55,6 +101,18 @@ void print_estimate(const nlohmann::json& e) {
 }
 
 void print_plan(const nlohmann::json& p) {
+  if (p.contains("layouts")) {  // task "serve"
+    std::printf("%s on %s x %s, serving %s-token requests\n\n", p["model"].value("id", std::string("inline config")).c_str(),
+                p["num_gpus"].dump().c_str(), p["gpu"]["name"].get<std::string>().c_str(), thousands(p["context"]).c_str());
+    std::printf("  %-68s %12s %12s %12s\n", "layout", "KV tokens", "conc./repl.", "concurrency");
+    for (const auto& l : p["layouts"])
+      std::printf("  %-68s %12s %12.2f %12.2f%s\n", l["label"].get<std::string>().c_str(),
+                  thousands(l["serving"]["kv_cache_tokens"]).c_str(), l["concurrency_per_replica"].get<double>(),
+                  l["concurrency_total"].get<double>(), l["fits"].get<bool>() ? "" : "  (does not fit)");
+    std::printf("\nrecommendation: %s\n%s\n", p["recommendation"].get<std::string>().c_str(),
+                p["tokens_per_s_note"].get<std::string>().c_str());
+    return;
+  }
   std::printf("%s on %s x %s (%s per node)\n\n", p["model"].value("id", std::string("inline config")).c_str(),
               p["num_gpus"].dump().c_str(), p["gpu"]["name"].get<std::string>().c_str(), p["gpus_per_node"].dump().c_str());
   std::printf("  %-46s %9s %10s %12s %10s\n", "layout", "max batch", "GiB/GPU", "tokens/s", "CPU GiB");

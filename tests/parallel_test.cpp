@@ -78,6 +78,7 @@ TEST_CASE("tensor parallelism splits Linear layers and heads; sequence paralleli
   j["parallelism"]["sequence_parallel"] = true;
   CHECK(part(run(j), "activations") < part(tp, "activations"));
   json bad = llama("tp", 3);
+  bad["parallelism"]["tp"] = 3;  // an explicit degree that breaks the heads (tp alone on 3 GPUs now picks tp 1 x 3 replicas)
   CHECK_THROWS_WITH(run(bad), Catch::Matchers::Contains("divisible by tp"));
 }
 
@@ -133,4 +134,23 @@ TEST_CASE("FSDP2 shard_grad_op peaks at the loss with the last layer's all-gathe
   const Estimate e = run(j);
   CHECK(e.peak_phase == "loss");
   CHECK(static_cast<double>(e.allocated_peak_bytes) == Approx(11'498'432.0).epsilon(0.002));
+}
+
+TEST_CASE("tp on 3 or 64 GPUs: the largest TP dividing the heads, the rest as replicas (no hard error)", "[parallel]") {
+  json j = llama("tp", 3);
+  j["task"] = "inference";
+  const Estimate three = run(j);
+  bool said = false;
+  for (const std::string& n : three.notes) said = said || n.find("3 GPUs run as tp 1 x 3 data-parallel replicas") != std::string::npos;
+  CHECK(said);
+  CHECK(three.fits);
+  j["num_gpus"] = 64;  // 32 heads: tp 32 x 2 replicas
+  const Estimate many = run(j);
+  said = false;
+  for (const std::string& n : many.notes) said = said || n.find("64 GPUs run as tp 32 x 2") != std::string::npos;
+  CHECK(said);
+  // an explicit tp that breaks the heads stays an error naming the rule
+  j["parallelism"]["tp"] = 3;
+  j["num_gpus"] = 3;
+  CHECK_THROWS_WITH(run(j), Catch::Contains("divisible by tp"));
 }

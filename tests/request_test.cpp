@@ -83,6 +83,10 @@ TEST_CASE("qlora defaults to NF4 and LoRA over quantized weights becomes QLoRA",
   j["task"] = "lora";
   j["quantization"] = "nf4_double";
   CHECK(request_from_json(j).task == Task::Qlora);
+  // QLoRA trains over bitsandbytes weights only (MXFP4 / NVFP4 are serving formats)
+  j["task"] = "qlora";
+  j["quantization"] = "mxfp4";
+  CHECK(error_of(j).find("bitsandbytes") != std::string::npos);
 }
 
 TEST_CASE("GPU by catalog name, alias or custom size", "[request]") {

@@ -13,7 +13,7 @@ const LABELS = {
   task: { full: 'Full fine-tuning', lora: 'LoRA', qlora: 'QLoRA (quantized base)', inference: 'Inference (serving)' },
   precision: { fp32: 'fp32', amp_bf16: 'bf16 mixed (AMP)', amp_fp16: 'fp16 mixed (AMP)', bf16: 'bf16', fp16: 'fp16' },
   quant: { none: 'Unquantized', int8: '8-bit (bitsandbytes)', nf4: 'NF4 4-bit', nf4_double: 'NF4 4-bit + double quant',
-    gptq_int4: 'GPTQ 4-bit', awq_int4: 'AWQ 4-bit', fp8: 'FP8 (block-scaled)' },
+    gptq_int4: 'GPTQ 4-bit', awq_int4: 'AWQ 4-bit', fp8: 'FP8 (block-scaled)', mxfp4: 'MXFP4', nvfp4: 'NVFP4' },
   optimizer: { adamw: 'AdamW', adamw_fused: 'AdamW (fused)', adamw_loop: 'AdamW (per-tensor loop)', adamw_8bit: 'AdamW 8-bit',
     paged_adamw_8bit: 'Paged AdamW 8-bit', paged_adamw: 'Paged AdamW 32-bit', sgd: 'SGD', sgd_momentum: 'SGD + momentum',
     adafactor: 'Adafactor', lion: 'Lion' },
@@ -74,7 +74,8 @@ const bundled = new Map(models.map((m) => [m.id.toLowerCase(), m]));
 const gpus = new Map(init.gpus.map((g) => [g.name, g]));
 $('model-list').replaceChildren(...models.map((m) => h('option', { value: m.id }, `${m.model_type} · ${params(m.params)}`)));
 for (const [field, key] of Object.entries(OPTION_KEYS))
-  $(field).replaceChildren(...init.defaults.options[key].map((v) => h('option', { value: v }, LABELS[field][v] ?? v)));
+  $(field).replaceChildren(...init.defaults.options[key].filter((v) => v !== 'serve') // task "serve": the Serve panel (serve.js)
+    .map((v) => h('option', { value: v }, LABELS[field][v] ?? v)));
 $('gpu').replaceChildren(...init.gpus.map((g) => h('option', { value: g.name }, g.label)), h('option', { value: 'custom' }, 'Custom memory…'));
 
 const defaults = defaultState(init.defaults);

@@ -7,6 +7,7 @@
 #include "memfit/gpus.hpp"
 #include "memfit/library.hpp"
 #include "memfit/planner.hpp"
+#include "memfit/serving.hpp"
 
 namespace memfit {
 
@@ -93,9 +94,23 @@ json estimate_to_json(const Estimate& e, const Request& r) {
   return j;
 }
 
+/// task "serve": the engine's start-up figures per GPU (serving.hpp), no training phases.
+json serve_to_json(const Request& r) {
+  const ServingEstimate e = serve(r);
+  return {{"version", kVersion},
+          {"model", model_json(r.model, r.model_id)},
+          {"params", params_json(count_params(r.model), 0)},
+          {"gpu", {{"name", r.gpu.name}, {"memory_bytes", r.gpu.memory_bytes}}},
+          {"serving", serving_to_json(e)},
+          {"fits", e.fits},
+          {"notes", e.notes},
+          {"request", request_to_json(r)}};
+}
+
 std::string estimate_json(std::string_view request_json) {
   return guarded([&] {
     const Request r = request_from_json(parse_text(request_json, "the request"));
+    if (r.task == Task::Serve) return serve_to_json(r);
     return estimate_to_json(estimate(r), r);
   });
 }
@@ -103,6 +118,14 @@ std::string estimate_json(std::string_view request_json) {
 std::string plan_json(std::string_view request_json) {
   return guarded([&] {
     const Request r = request_from_json(parse_text(request_json, "the request"));
+    if (r.task == Task::Serve) {
+      json j = serve_plan_to_json(plan_serving(r));
+      j["version"] = kVersion;
+      j["model"] = model_json(r.model, r.model_id);
+      j["gpu"] = {{"name", r.gpu.name}, {"memory_bytes", r.gpu.memory_bytes}};
+      j["num_gpus"] = r.num_gpus;
+      return j;
+    }
     const Plan p = plan(r);
     json candidates = json::array();
     for (const PlanCandidate& c : p.candidates) {
@@ -197,7 +220,12 @@ std::string defaults_json() {
     Request r;
     r.model_id = "meta-llama/Llama-2-7b-hf";
     r.gpu = {"A100-80GB", find_gpu("A100-80GB")->memory_bytes};
-    return json{{"version", kVersion}, {"request", request_to_json(r)}, {"options", request_options()}};
+    json engines = json::array();
+    for (const EngineProfile& p : engine_profiles())
+      engines.push_back({{"engine", p.engine}, {"label", p.label}, {"first_version", p.first_version},
+                         {"default_block_size", p.default_block_size}, {"source", p.source}});
+    return json{{"version", kVersion}, {"request", request_to_json(r)}, {"options", request_options()},
+                {"serving", serving_setup_to_json(ServingSetup{})}, {"serving_engines", engines}};
   });
 }
 

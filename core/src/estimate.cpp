@@ -409,6 +409,7 @@ u64 largest_fitting(u64 limit, F fits) {
 }  // namespace
 
 Estimate estimate(const Request& r) {
+  if (r.task == Task::Serve) throw Error("task \"serve\" is sized by the serving engine's accounting: call serve() (serving.hpp) or estimate_json");
   const Layout layout = make_layout(r);
   const ModelStates s = model_states(r, layout.mixed);
   const ParamCounts params = count_params(r.model);

@@ -58,6 +58,18 @@ u64 scale(u64 x, u64 num, u64 den) {
   return static_cast<u64>(v);
 }
 
+/// "tp" with no explicit degree: the largest TP that divides both the attention heads and the
+/// GPUs (3 GPUs, 32 heads: TP 1; 64 GPUs: TP 32), the rest as data-parallel replicas, said in a note.
+static u64 tp_for_gpus(u64 heads, u64 gpus, std::vector<std::string>& notes) {
+  u64 tp = gpus;
+  while (tp > 1 && (heads % tp != 0 || gpus % tp != 0)) --tp;
+  if (tp != gpus)
+    notes.push_back("tensor parallelism needs num_attention_heads (" + std::to_string(heads) + ") divisible by tp: " +
+                    std::to_string(gpus) + " GPUs run as tp " + std::to_string(tp) + " x " + std::to_string(gpus / tp) +
+                    " data-parallel replicas");
+  return std::max<u64>(tp, 1);
+}
+
 Layout make_layout(const Request& r) {
   Layout l;
   const Parallelism& p = r.parallelism;
@@ -66,7 +78,7 @@ Layout make_layout(const Request& r) {
   l.tp = p.tp;
   l.pp = p.pp;
   l.cp = p.cp;
-  if (l.method == ParallelMethod::Tp && l.tp == 1) l.tp = l.world / (l.pp * l.cp);
+  if (l.method == ParallelMethod::Tp && l.tp == 1) l.tp = tp_for_gpus(r.model.heads, l.world / std::max<u64>(1, l.pp * l.cp), l.notes);
   if (l.method == ParallelMethod::Pp && l.pp == 1) l.pp = l.world / (l.tp * l.cp);
   const u64 model_parallel = mul(l.tp, l.pp, l.cp);
   if (model_parallel == 0 || l.world % model_parallel != 0)

@@ -165,7 +165,7 @@ std::string fixed(double x, int digits) {
 }  // namespace
 
 Plan plan(const Request& base) {
-  if (base.task == Task::Inference) throw Error("the planner sizes training; for inference use `memfit estimate` (task \"inference\")");
+  if (base.task == Task::Inference) throw Error("the planner sizes training; for serving layouts use task \"serve\" (vLLM / SGLang: TP x PP x replicas), for one generate() call `memfit estimate` (task \"inference\")");
   Plan out;
   out.mfu = kMfu;
   const ParamCounts pc = count_params(base.model);

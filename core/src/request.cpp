@@ -6,6 +6,7 @@
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
 #include "memfit/request.hpp"
+#include "memfit/serving.hpp"
 
 namespace memfit {
 
@@ -52,7 +53,7 @@ constexpr u64 kMaxTokens = u64{1} << 30;      // 10^9 tokens per sequence
 constexpr u64 kMaxGpus = u64{1} << 20;
 
 constexpr std::pair<const char*, Task> kTasks[] = {
-    {"full", Task::Full}, {"lora", Task::Lora}, {"qlora", Task::Qlora}, {"inference", Task::Inference}};
+    {"full", Task::Full}, {"lora", Task::Lora}, {"qlora", Task::Qlora}, {"inference", Task::Inference}, {"serve", Task::Serve}};
 constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision::Fp32},
                                                              {"amp_bf16", Precision::AmpBf16},
                                                              {"amp_fp16", Precision::AmpFp16},
@@ -61,7 +62,7 @@ constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision:
 constexpr std::pair<const char*, Quantization> kQuant[] = {
     {"none", Quantization::None},         {"int8", Quantization::Int8},          {"nf4", Quantization::Nf4},
     {"nf4_double", Quantization::Nf4Double}, {"gptq_int4", Quantization::GptqInt4}, {"awq_int4", Quantization::AwqInt4},
-    {"fp8", Quantization::Fp8}};
+    {"fp8", Quantization::Fp8},           {"mxfp4", Quantization::Mxfp4},         {"nvfp4", Quantization::Nvfp4}};
 constexpr std::pair<const char*, Optimizer> kOptimizers[] = {
     {"adamw", Optimizer::AdamW},           {"adamw_fused", Optimizer::AdamWFused},
     {"adamw_loop", Optimizer::AdamWLoop},  {"adamw_8bit", Optimizer::AdamW8bit},
@@ -152,7 +153,7 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
   if (!j.is_object()) throw Error("the request must be a JSON object, e.g. {\"model\": {\"id\": \"meta-llama/Llama-2-7b-hf\"}}");
   check_keys(j, "the request",
              {"model", "task", "lora", "precision", "quantization", "optimizer", "micro_batch_size", "sequence_length",
-              "gradient_accumulation_steps", "gradient_checkpointing", "frozen_layers", "attention", "inference", "gpu", "num_gpus",
+              "gradient_accumulation_steps", "gradient_checkpointing", "frozen_layers", "attention", "inference", "serving", "gpu", "num_gpus",
               "parallelism", "runtime", "device", "cluster", "name"});
   Request r;
 
@@ -253,6 +254,11 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
                     std::to_string(r.inference.context_length) + ")");
       r.inference.new_tokens = static_cast<u64>(n.get<std::int64_t>());
     }
+  }
+
+  if (j.contains("serving")) {
+    if (r.task != Task::Serve) throw Error("request field \"serving\" applies to task \"serve\"; set \"task\": \"serve\"");
+    parse_serving_setup(j["serving"], r.serving);
   }
 
   // GPU: catalog name or a custom size. "cluster" (the planner's form) may carry it too.
@@ -357,8 +363,8 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
 
   // Consistency between fields.
-  if (r.task == Task::Qlora && (r.quantization == Quantization::None || r.quantization == Quantization::GptqInt4 ||
-                                r.quantization == Quantization::AwqInt4 || r.quantization == Quantization::Fp8)) {
+  if (r.task == Task::Qlora && r.quantization != Quantization::Nf4 && r.quantization != Quantization::Nf4Double &&
+      r.quantization != Quantization::Int8) {
     if (r.quantization != Quantization::None)
       throw Error("task \"qlora\" trains over bitsandbytes weights: use quantization \"nf4\", \"nf4_double\" or \"int8\"");
     r.quantization = Quantization::Nf4;
@@ -397,6 +403,7 @@ json request_to_json(const Request& r) {
                     {"new_tokens", r.inference.new_tokens},
                     {"kv_cache_dtype", kv == 32 ? "fp32" : kv == 8 ? "fp8" : kv == 4 ? "int4" : "bf16"},
                     {"mla_cache", r.inference.expanded_mla_cache ? "expanded" : "compressed"}};
+  if (r.task == Task::Serve) j["serving"] = serving_setup_to_json(r.serving);
   j["gpu"] = {{"name", r.gpu.name}, {"memory_gib", static_cast<double>(r.gpu.memory_bytes) / 1073741824.0}};
   j["num_gpus"] = r.num_gpus;
   const Parallelism& p = r.parallelism;

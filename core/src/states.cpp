@@ -36,6 +36,10 @@ u64 quantized_bits_x1024(Quantization q) {
     case Quantization::GptqInt4:
     case Quantization::AwqInt4: return 4 * 1024 + 128 + 32;
     case Quantization::Fp8: return 8 * 1024 + 2;
+    // OCP MXFP4: 4-bit values + an 8-bit (E8M0) scale per 32 elements; NVFP4: 4-bit values + an
+    // FP8 (E4M3) scale per 16 elements (the per-tensor fp32 scale is negligible).
+    case Quantization::Mxfp4: return 4 * 1024 + 256;
+    case Quantization::Nvfp4: return 4 * 1024 + 512;
     case Quantization::None: return 0;
   }
   return 0;

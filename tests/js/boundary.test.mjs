@@ -82,7 +82,7 @@ test('gpus: the catalog', () => {
 test('defaults: a full request and the accepted values', () => {
   const d = api.defaults();
   assert.equal(d.request.task, 'full');
-  assert.deepEqual(d.options.task, ['full', 'lora', 'qlora', 'inference']);
+  assert.deepEqual(d.options.task, ['full', 'lora', 'qlora', 'inference', 'serve']);
   for (const k of ['precision', 'quantization', 'optimizer', 'attention', 'parallelism.method', 'inference.kv_cache_dtype'])
     assert.ok(Array.isArray(d.options[k]) && d.options[k].length > 1, k);
   assert.equal(d.request.model.id, 'meta-llama/Llama-2-7b-hf');

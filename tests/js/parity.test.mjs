@@ -50,6 +50,18 @@ const id = (m) => ({ id: m });
 const cases = [];
 const add = (command, name, request) => cases.push({ command, name, request });
 
+// task "serve" (issue 11): vLLM and SGLang accounting, and the serving planner (doubles included).
+add('estimate', 'serve vllm llama-3.1-8b', { model: id('meta-llama/Llama-3.1-8B'), task: 'serve', gpu: { name: 'H100' },
+  serving: { engine: 'vllm', max_model_len: 32768 } });
+add('estimate', 'serve vllm 0.6.4 gemma-2 fp8 kv', { model: id('google/gemma-2-9b'), task: 'serve', gpu: { name: 'L40S-48GB' },
+  serving: { engine: 'vllm', engine_version: '0.6.4', kv_cache_dtype: 'fp8', max_model_len: 8192, gpu_memory_utilization: 0.85 } });
+add('estimate', 'serve sglang deepseek-v2-lite tp2', { model: id('deepseek-ai/DeepSeek-V2-Lite'), task: 'serve', gpu: { name: 'A100-80GB' },
+  serving: { engine: 'sglang', tp_size: 2, context_length: 16384 } });
+add('estimate', 'serve 70b does not fit (fixes)', { model: id('meta-llama/Llama-3.1-70B'), task: 'serve', gpu: { name: 'H100' },
+  serving: { tensor_parallel_size: 2, max_model_len: 131072 } });
+add('plan', 'serve plan 3 gpus', { model: id('Qwen/Qwen3-30B-A3B'), task: 'serve', cluster: { gpu: { name: 'H100' }, num_gpus: 3 },
+  serving: { max_model_len: 32768 } });
+
 // Tasks x precisions x models (single GPU).
 const models = ['meta-llama/Llama-2-7b-hf', 'meta-llama/Llama-3.1-8B', 'Qwen/Qwen3-30B-A3B', 'deepseek-ai/DeepSeek-V2-Lite',
   'google/gemma-2-2b', 'openai-community/gpt2', 'tiiuae/falcon-7b', 'mistralai/Mixtral-8x7B-v0.1', 'microsoft/phi-2',

@@ -29,6 +29,8 @@ namespace memfit {
 
 /// The structured forms the JSON functions wrap (for C++ callers and tests).
 [[nodiscard]] nlohmann::json estimate_to_json(const Estimate& e, const Request& r);
+/// task "serve": {"serving": {...per-GPU engine figures...}, "fits", "notes", "request", ...}.
+[[nodiscard]] nlohmann::json serve_to_json(const Request& r);
 [[nodiscard]] Request request_from_json(const nlohmann::json& request);
 
 }  // namespace memfit

@@ -14,10 +14,10 @@
 
 namespace memfit {
 
-enum class Task { Full, Lora, Qlora, Inference };
+enum class Task { Full, Lora, Qlora, Inference, Serve };
 /// fp32: everything fp32. amp_*: fp32 master weights, autocast compute. bf16/fp16: pure half.
 enum class Precision { Fp32, AmpBf16, AmpFp16, Bf16, Fp16 };
-enum class Quantization { None, Int8, Nf4, Nf4Double, GptqInt4, AwqInt4, Fp8 };
+enum class Quantization { None, Int8, Nf4, Nf4Double, GptqInt4, AwqInt4, Fp8, Mxfp4, Nvfp4 };
 enum class Optimizer {
   AdamW,           ///< torch.optim.AdamW, foreach implementation (PyTorch's default on CUDA)
   AdamWFused,      ///< torch.optim.AdamW(fused=True): no step temporaries
@@ -56,6 +56,28 @@ struct InferenceSetup {
   u64 kv_cache_bits = 16;      ///< 16 (bf16/fp16), 8 (fp8/int8), 32
   bool expanded_mla_cache = false;  ///< Transformers caches per-head K/V for MLA; serving engines cache the latent
   bool full_prompt_logits = false;  ///< prefill computes logits for every prompt token (no logits_to_keep)
+};
+
+/// task "serve": a serving engine (vLLM, SGLang) sizing its KV cache at start-up. Field names
+/// and defaults are the engines' own (see serving.hpp); 0 / "" = the engine version's default.
+struct ServingSetup {
+  std::string engine = "vllm";           ///< "vllm" | "sglang"
+  std::string engine_version;            ///< e.g. "0.10.1"; "" = the newest version memfit models
+  double gpu_memory_utilization = 0;     ///< vLLM; 0 = the version's default (0.9 / 0.92)
+  double mem_fraction_static = 0;        ///< SGLang; 0 = its default (by TP size or GPU size)
+  u64 max_model_len = 0;                 ///< 0 = the model's max_position_embeddings (vLLM) / context_length (SGLang)
+  u64 max_num_seqs = 0;                  ///< vLLM; SGLang: max_running_requests
+  u64 max_num_batched_tokens = 0;        ///< vLLM: tokens of the profile run
+  u64 chunked_prefill_size = 0;          ///< SGLang
+  u64 max_total_tokens = 0;              ///< SGLang: cap on the KV pool (0 = none)
+  u64 block_size = 0;                    ///< vLLM: tokens per KV block (16); SGLang page_size (1)
+  u64 kv_cache_bits = 0;                 ///< kv_cache_dtype: 0 = "auto" (the model dtype), 8 = fp8
+  bool enforce_eager = false;            ///< vLLM: no CUDA graphs (SGLang: disable_cuda_graph)
+  u64 tensor_parallel_size = 1;
+  u64 pipeline_parallel_size = 1;
+  u64 data_parallel_size = 1;
+  bool enable_expert_parallel = false;   ///< MoE experts split over tp x dp ranks instead of TP-sharded
+  bool llm_class = false;                ///< vLLM usage context: offline LLM(...) instead of `vllm serve`
 };
 
 struct GpuSetup {
@@ -110,6 +132,7 @@ struct Request {
   u64 frozen_layers = 0;       ///< full fine-tuning: the embeddings and the first N decoder layers are frozen
   AttentionImpl attention = AttentionImpl::Sdpa;
   InferenceSetup inference;
+  ServingSetup serving;
   GpuSetup gpu;
   u64 num_gpus = 1;
   u64 headroom_permille = 50;  ///< planner: memory kept free on every GPU (cluster.headroom, default 0.05)
