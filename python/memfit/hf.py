@@ -46,6 +46,7 @@ _ZERO_STAGES = {0: "ddp", 1: "zero1", 2: "zero2", 3: "zero3"}
 _FSDP_STRATEGIES = {"full_shard": "fsdp_full_shard", "shard_grad_op": "fsdp_shard_grad_op",
                     "hybrid_shard": "fsdp_hybrid", "no_shard": "ddp"}
 _DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+_CONFIG_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 _ATTENTION = {"eager": "eager", "sdpa": "sdpa", "flash_attention_2": "flash_attention_2"}
 # Class-name endings -> model.head (the rest: the core's "auto", from config.architectures)
 _HEADS = {"ForCausalLM": "lm", "LMHeadModel": "lm", "ForSequenceClassification": "classification"}
@@ -62,20 +63,21 @@ def from_model(model, peft_config=None, args=None, *, deepspeed=None, gpu=None, 
     meta) with an optional peft LoraConfig and TrainingArguments / SFTConfig. `deepspeed`: a
     DeepSpeed config dict or path when it is not in args."""
     peft_config = peft_config or _active_peft_config(model)
-    request = {"model": _model_field(model), "task": "lora" if peft_config is not None else "full"}
-    quantization = _quantization(_config_dict(model).get("quantization_config"))
+    config = _config_dict(model)
+    request = {"model": _model_field(model, config), "task": "lora" if peft_config is not None else "full"}
+    quantization = fields.get("quantization") or _quantization(config.get("quantization_config"))
     if quantization != "none":
         request["quantization"] = quantization
         if peft_config is not None and quantization in ("nf4", "nf4_double", "fp4", "int8"):
             request["task"] = "qlora"
     if peft_config is not None:
-        request["lora"] = _lora(model, peft_config)
+        request["lora"] = _lora(model, peft_config, config)
     if args is not None:
         request.update(from_training_args(args, deepspeed=deepspeed))
     elif deepspeed is not None:
         request["parallelism"] = _deepspeed_parallelism(deepspeed)
-    request["precision"] = _precision(_load_dtype(model), args)
-    if getattr(model, "is_gradient_checkpointing", False):
+    request["precision"] = _precision(_load_dtype(model, config, quantization != "none"), args)
+    if getattr(model, "is_activation_checkpointing", None) or getattr(model, "is_gradient_checkpointing", False):
         request["gradient_checkpointing"] = True
     attention = _ATTENTION.get(getattr(getattr(model, "config", None), "_attn_implementation", None))
     if attention:
@@ -125,9 +127,9 @@ def _config_dict(model):
     return json.loads(config.to_json_string(use_diff=False))
 
 
-def _model_field(model):
+def _model_field(model, config):
     base = _base_model(model)
-    field = {"config": _config_dict(model)}
+    field = {"config": config}
     name = getattr(base.config, "name_or_path", "") or getattr(base.config, "_name_or_path", "")
     if name:
         field["id"] = name
@@ -138,9 +140,14 @@ def _model_field(model):
     return field
 
 
-def _load_dtype(model):
+def _load_dtype(model, config, quantized):
     """The dtype the weights were loaded in: the first floating-point parameter that is not a
-    LoRA adapter (PEFT keeps adapters in fp32 over half weights)."""
+    LoRA adapter (PEFT keeps adapters in fp32 over half weights). A quantized model's is the
+    config's dtype: prepare_model_for_kbit_training upcasts its other parameters to fp32 later
+    (runtime.prepare_kbit says so)."""
+    loaded = _CONFIG_DTYPES.get(str(config.get("dtype") or config.get("torch_dtype")))
+    if quantized and loaded:
+        return loaded
     for name, p in _base_model(model).named_parameters():
         if p.is_floating_point() and "lora_" not in name:
             dtype = _DTYPES.get(str(p.dtype))
@@ -194,11 +201,11 @@ def _active_peft_config(model):
     return None
 
 
-def _lora(model, peft_config):
+def _lora(model, peft_config, config):
     kind = str(getattr(peft_config, "peft_type", "LORA")).split(".")[-1].upper()
     if kind != "LORA":
         raise Error(f"peft {kind} adapters are not modelled: memfit models LoRA (LoraConfig)")
-    lora = {"rank": int(peft_config.r), "alpha": float(peft_config.lora_alpha), "targets": _lora_targets(model, peft_config)}
+    lora = {"rank": int(peft_config.r), "alpha": float(peft_config.lora_alpha), "targets": _lora_targets(model, peft_config, config)}
     lora["dropout"] = float(getattr(peft_config, "lora_dropout", 0.0))
     adapter = _adapter_dtype(model)
     if adapter:
@@ -206,7 +213,7 @@ def _lora(model, peft_config):
     return lora
 
 
-def _lora_targets(model, peft_config):
+def _lora_targets(model, peft_config, config):
     """Module names the adapters wrap: the wrapped model's own, else the config's list, else
     PEFT's default for the model type."""
     wrapped = sorted({name.rsplit(".", 1)[-1] for name, m in model.named_modules() if hasattr(m, "lora_A")})
@@ -222,7 +229,7 @@ def _lora_targets(model, peft_config):
         return sorted(targets)
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
 
-    model_type = _config_dict(model).get("model_type")
+    model_type = config.get("model_type")
     if model_type not in mapping:
         raise Error(f"PEFT has no default LoRA targets for model_type {model_type!r}: set target_modules")
     return sorted(mapping[model_type])
