@@ -108,6 +108,16 @@ TEST_CASE("MoE configs count every expert but only top-k as active", "[model][pa
   CHECK(c.total - c.active_per_token == u64{32} * 6 * expert);
 }
 
+TEST_CASE("Qwen MoE configs saved by Transformers 5 (num_local_experts) count the same", "[model][params][moe]") {
+  json cfg = read_json(configs() / "Qwen--Qwen3-30B-A3B.json");
+  const ParamCounts hub = count_params(parse_model_config(cfg));
+  cfg["num_local_experts"] = cfg["num_experts"];
+  cfg.erase("num_experts");
+  const ParamCounts saved = count_params(parse_model_config(cfg));
+  CHECK(saved.total == hub.total);
+  CHECK(saved.active_per_token == hub.active_per_token);
+}
+
 TEST_CASE("MLA and shared experts of DeepSeek are counted exactly", "[model][params][mla]") {
   const ModelSpec m = load("deepseek-ai--DeepSeek-V2-Lite");
   CHECK(m.attention == AttentionKind::MultiLatent);

@@ -256,7 +256,9 @@ void build_llama_like(Builder& b) {
     topk = r.size({"num_experts_per_tok"});
     moe_i = dense_i;
   } else if (t == "qwen2_moe" || t == "qwen3_moe") {
-    experts = r.size_or({"num_experts"}, 0);
+    // Transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (the config class's
+    // attribute_map), so config.json files saved by it carry the other name.
+    experts = r.size_or({"num_experts", "num_local_experts"}, 0);
     topk = r.size_or({"num_experts_per_tok"}, 0);
     moe_i = r.size_or({"moe_intermediate_size"}, 0);
     sparse_step = r.size_or({"decoder_sparse_step"}, 1);

@@ -91,5 +91,6 @@ def defaults():
 
 
 def _config_dict(config):
-    to_dict = getattr(config, "to_dict", None)
-    return to_dict() if callable(to_dict) else config
+    """A transformers PretrainedConfig as the config.json save_pretrained writes; else as is."""
+    to_json_string = getattr(config, "to_json_string", None)
+    return json.loads(to_json_string(use_diff=False)) if callable(to_json_string) else config

@@ -55,13 +55,15 @@ _HEADS = {"ForCausalLM": "lm", "LMHeadModel": "lm", "ForSequenceClassification":
 def from_trainer(trainer, *, gpu=None, **fields):
     """The request for a Trainer / SFTTrainer's run. `gpu`: a catalog name or GiB; `fields`
     override or add request fields (e.g. sequence_length=4096, optimizer="adamw")."""
-    return from_model(trainer.model, args=trainer.args, gpu=gpu, _framework=_framework_of(trainer), **fields)
+    return from_model(trainer.model, args=trainer.args, gpu=gpu, framework=_framework_of(trainer), **fields)
 
 
-def from_model(model, peft_config=None, args=None, *, deepspeed=None, gpu=None, _framework=None, **fields):
+def from_model(model, peft_config=None, args=None, *, deepspeed=None, gpu=None, framework=None, **fields):
     """The request for training `model` (a PreTrainedModel or PeftModel, any device including
     meta) with an optional peft LoraConfig and TrainingArguments / SFTConfig. `deepspeed`: a
-    DeepSpeed config dict or path when it is not in args."""
+    DeepSpeed config dict or path when it is not in args; `framework`: runtime.framework (default:
+    "trl" for TRL's configs, else "transformers"). Plain TrainingArguments carry no sequence
+    length: pass sequence_length=... (else the core's default)."""
     peft_config = peft_config or _active_peft_config(model)
     config = _config_dict(model)
     request = {"model": _model_field(model, config), "task": "lora" if peft_config is not None else "full"}
@@ -73,7 +75,7 @@ def from_model(model, peft_config=None, args=None, *, deepspeed=None, gpu=None, 
     if peft_config is not None:
         request["lora"] = _lora(model, peft_config, config)
     if args is not None:
-        request.update(from_training_args(args, deepspeed=deepspeed))
+        request.update(from_training_args(args, deepspeed=deepspeed, optimizer=fields.get("optimizer")))
     elif deepspeed is not None:
         request["parallelism"] = _deepspeed_parallelism(deepspeed)
     request["precision"] = _precision(_load_dtype(model, config, quantization != "none"), args)
@@ -82,21 +84,21 @@ def from_model(model, peft_config=None, args=None, *, deepspeed=None, gpu=None, 
     attention = _ATTENTION.get(getattr(getattr(model, "config", None), "_attn_implementation", None))
     if attention:
         request["attention"] = attention
-    _framework_fields(request, _framework or _framework_of(args), model, quantization)
+    _framework_fields(request, framework or _framework_of(args), model, quantization)
     if gpu is not None:
         request["gpu"] = {"memory_gib": gpu} if isinstance(gpu, (int, float)) else {"name": str(gpu)}
     return _merged(request, fields)
 
 
-def from_training_args(args, *, deepspeed=None):
+def from_training_args(args, *, deepspeed=None, optimizer=None):
     """The request fields TrainingArguments / SFTConfig set: batch, accumulation, checkpointing,
-    optimizer, sequence length (SFTConfig), distributed setup. Precision needs the model's
-    dtype too: see from_model."""
+    optimizer (`optimizer` names memfit's for an optim it does not map), sequence length
+    (SFTConfig), distributed setup. Precision needs the model's dtype too: see from_model."""
     fields = {
         "micro_batch_size": int(args.per_device_train_batch_size),
         "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
         "gradient_checkpointing": _checkpointing(args),
-        "optimizer": _optimizer(args.optim),
+        "optimizer": optimizer or _optimizer(args.optim),
     }
     max_length = getattr(args, "max_length", None)  # SFTConfig; packing or not, no batch is longer
     if isinstance(max_length, int) and max_length > 0:
