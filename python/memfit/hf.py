@@ -73,7 +73,7 @@ def from_model(model, peft_config=None, args=None, *, deepspeed=None, gpu=None, 
         if peft_config is not None and quantization in ("nf4", "nf4_double", "fp4", "int8"):
             request["task"] = "qlora"
     if peft_config is not None:
-        request["lora"] = _lora(model, peft_config, config)
+        request["lora"] = _lora(model, peft_config, config, (fields.get("lora") or {}).get("targets"))
     if args is not None:
         request.update(from_training_args(args, deepspeed=deepspeed, optimizer=fields.get("optimizer")))
     elif deepspeed is not None:
@@ -170,7 +170,7 @@ def _quantization(qc):
         if qc.get("load_in_4bit"):
             kind = str(qc.get("bnb_4bit_quant_type", "fp4")).lower()
             if kind == "fp4":
-                return _core_option("quantization", "fp4", fallback=None, what="bitsandbytes fp4")
+                return _core_option("quantization", "fp4", what="bitsandbytes fp4")
             return "nf4_double" if qc.get("bnb_4bit_use_double_quant") else "nf4"
     if method in ("gptq", "awq") and int(qc.get("bits", 4)) == 4:
         return method + "_int4"
@@ -203,12 +203,13 @@ def _active_peft_config(model):
     return None
 
 
-def _lora(model, peft_config, config):
+def _lora(model, peft_config, config, targets=None):
     kind = str(getattr(peft_config, "peft_type", "LORA")).split(".")[-1].upper()
     if kind != "LORA":
         raise Error(f"peft {kind} adapters are not modelled: memfit models LoRA (LoraConfig)")
-    lora = {"rank": int(peft_config.r), "alpha": float(peft_config.lora_alpha), "targets": _lora_targets(model, peft_config, config)}
-    lora["dropout"] = float(getattr(peft_config, "lora_dropout", 0.0))
+    lora = {"rank": int(peft_config.r), "alpha": float(peft_config.lora_alpha),
+            "targets": targets or _lora_targets(model, peft_config, config),
+            "dropout": float(getattr(peft_config, "lora_dropout", 0.0))}
     adapter = _adapter_dtype(model)
     if adapter:
         lora["adapter_dtype"] = adapter
@@ -380,12 +381,10 @@ def _core_option_list(field):
     return tuple(_core_defaults()["options"].get(field, ()))
 
 
-def _core_option(field, value, fallback, what):
-    if value in _core_option_list(field):
-        return value
-    if fallback is None:
+def _core_option(field, value, what):
+    if value not in _core_option_list(field):
         raise Error(f"{what} needs a memfit core that knows {field} {value!r}; pass {field}=... to override")
-    return fallback
+    return value
 
 
 # ---- helpers ---------------------------------------------------------------------------

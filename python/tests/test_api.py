@@ -104,3 +104,10 @@ def test_input_that_is_not_json():
         memfit.estimate(42)
     with pytest.raises(memfit.Error):
         memfit.inspect({"model_type": "llama"})
+
+
+def test_unreadable_file_and_unknown_command_exit_as_the_cli(cli):
+    for args in (["estimate", "/nonexistent/request.json"], ["nonsense"], ["estimate"]):
+        native, python = run([cli, *args]), run([sys.executable, "-m", "memfit", *args])
+        assert python.returncode == native.returncode != 0
+        assert python.stderr.splitlines()[0] == native.stderr.splitlines()[0].replace("usage: memfit", "usage: python -m memfit")

@@ -110,6 +110,8 @@ def test_lora_config_before_wrapping_uses_peft_defaults(tr):
     assert memfit.from_model(model, LoraConfig(r=4, target_modules="all-linear"))["lora"]["targets"] == "all-linear"
     with pytest.raises(memfit.Error, match="pattern"):
         memfit.from_model(model, LoraConfig(r=4, target_modules=r".*\.q_proj"))
+    overridden = memfit.from_model(model, LoraConfig(r=4, target_modules=r".*\.q_proj"), lora={"targets": ["q_proj"]})
+    assert estimated(overridden)["lora"] == {**estimated(overridden)["lora"], "rank": 4, "targets": ["q_proj"]}
 
 
 def test_qlora_from_a_bitsandbytes_4bit_model(tr, tmp_path):
