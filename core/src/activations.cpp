@@ -96,6 +96,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   struct SlotKeep {
     u64 extra = 0;
     bool shared = false;
+    u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
   };
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
     SlotKeep k;
@@ -122,13 +123,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         else k.extra = add(k.extra, mul(elem, w, share));
         continue;
       }
-      // LoRA adapter on this Linear
-      if (d.amp) k.extra = add(k.extra, mul(2, add(w, t.lora_rank), share));
-      else if (adapter_bytes == elem && share == 1) {
+      // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
+      // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
+      // input; autocast keeps its half cast of it instead) plus dropout's mask.
+      const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
+      k.masks = add(k.masks, mul(mask, w, share));
+      if (d.amp) k.extra = add(k.extra, mul(add(mul(2, add(w, t.lora_rank)), mul(mask, w)), share));
+      else if (adapter_bytes == elem && share == 1 && mask == 0) {
         k.shared = true;
         k.extra = add(k.extra, mul(adapter_bytes, t.lora_rank));
       } else {
-        k.extra = add(k.extra, mul(adapter_bytes, add(w, t.lora_rank), share));
+        k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
       }
     }
     return k;
@@ -457,7 +462,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   if (gemma_norm && m.norm == NormKind::RMSNorm) out.saved = add(out.saved, mul(norms_in_layer, 4, h));  // (1 + weight) fp32
   out.saved = add(out.saved, per_layer_const);
   out.saved_hidden = mul(hid, tokens);
-  out.first_norm = mul(first_norm, tokens);
+  out.first_norm = mul(add(first_norm, attn_in.masks), tokens);
   const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.

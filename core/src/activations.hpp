@@ -42,9 +42,10 @@ struct LayerActivations {
   u64 inference_transient = 0; ///< live at the worst moment of a no-grad forward of the layer
   u64 recompute_held = 0;      ///< checkpointing: gradients the layer's first backward nodes hold
                                ///< (beyond the incoming one) while its recomputation runs
-  u64 first_norm = 0;          ///< what the layer's first norm keeps (part of `saved`): nothing in
-                               ///< the first layer when its input needs no gradient (frozen
-                               ///< embeddings without checkpointing) and the norm is frozen
+  u64 first_norm = 0;          ///< what the layer keeps only because its input needs a gradient (part
+                               ///< of `saved`): its first norm's state and the LoRA dropout masks on
+                               ///< that norm's output. Nothing of it in the first layer when the
+                               ///< input needs none (frozen embeddings without checkpointing)
 };
 
 /// `tokens` = micro_batch x sequence (per rank), `seq` = sequence length (attention is s x s).
