@@ -36,6 +36,20 @@ Dtypes dtypes_for(Precision p) {
   return {2, 2, false};
 }
 
+bool kbit_upcast(const Request& r) {
+  const Quantization q = r.quantization;
+  return r.task == Task::Qlora && r.runtime.prepare_kbit &&
+         (q == Quantization::Nf4 || q == Quantization::Nf4Double || q == Quantization::Fp4 || q == Quantization::Int8);
+}
+
+Dtypes dtypes_for(const Request& r) {
+  // prepare_model_for_kbit_training leaves fp32 embeddings and norms; without autocast the hidden
+  // states stay fp32 (bitsandbytes' 4-bit/8-bit Linear casts its output back to its input's dtype).
+  if (kbit_upcast(r) && (r.precision == Precision::Bf16 || r.precision == Precision::Fp16))
+    return dtypes_for(Precision::Fp32);
+  return dtypes_for(r.precision);
+}
+
 namespace {
 
 /// Saved tensors per element of an activation function's input (in its own dtype).
@@ -57,7 +71,7 @@ u64 dropout_mask(double p, const Request& r, u64 elem_bytes) {
 
 LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
                                    const TrainableLinears& t, u64 tokens, u64 seq) {
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   const u64 p = d.compute;
   const u64 h = m.hidden;
   const u64 a = m.heads;
@@ -520,6 +534,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
     out.backward_transient = add(out.backward_transient, mul(2, biggest));
   }
+  if (r.task == Task::Qlora && r.quantization != Quantization::None) {
+    // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
+    // backward (bitsandbytes MatMul4Bit: dequantize_4bit to the compute dtype; GPTQ/AWQ
+    // kernels' fallbacks alike): one dense copy of the largest such weight is live then.
+    u64 biggest = 0;
+    for (const Linear& l : g.linears)
+      if (!l.routed) biggest = std::max(biggest, l.weight_params());
+    const u64 deq = mul(r.precision == Precision::Fp32 ? 4 : 2, biggest);
+    out.forward_transient = add(out.forward_transient, deq);
+    out.backward_transient = add(out.backward_transient, deq);
+  }
   out.checkpoint_saved = mul(tokens, d.residual, h);
   // Non-reentrant checkpointing recomputes the layer when its backward first unpacks a saved
   // tensor. With a LoRA adapter on the MLP's output Linear that is lora_B's mm: the nodes before
@@ -574,7 +599,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 }
 
 HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head_trainable, u64 tokens) {
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   const u64 p = d.compute;
   const u64 h = m.hidden;
   HeadActivations out;
@@ -620,7 +645,7 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
 }
 
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   const u64 tokens = mul(batch, seq);
   u64 bytes = mul(tokens, 8);  // input ids (int64); labels are the same tensor
   const bool rotary = !m.learned_positions && !m.alibi;

@@ -18,6 +18,12 @@ struct Dtypes {
   bool amp = false;  ///< autocast: Linear inputs are cast to half per consumer
 };
 [[nodiscard]] Dtypes dtypes_for(Precision p);
+/// The element sizes a request's activations run in (QLoRA with prepare_kbit: see kbit_upcast).
+[[nodiscard]] Dtypes dtypes_for(const Request& r);
+/// QLoRA over bitsandbytes layers with PEFT's prepare_model_for_kbit_training: every
+/// non-quantized parameter (embeddings, norms, head, biases) is upcast to fp32 (peft
+/// utils/other.py: params of dtype fp16/bf16 that are not Params4bit).
+[[nodiscard]] bool kbit_upcast(const Request& r);
 
 /// Which Linear layers of a layer group keep their input for the weight gradient.
 struct TrainableLinears {

@@ -369,7 +369,7 @@ struct InferenceParts {
 
 InferenceParts inference_moments(const Request& r, const ModelStates& s, const Layout& l, u64 batch, u64 ctx) {
   const ModelSpec& m = r.model;
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   InferenceParts out;
   // Inference shards by TP (and PP stages); every rank holds its layers' weights.
   const RankRole& role = l.roles.front();
