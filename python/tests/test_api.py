@@ -74,7 +74,7 @@ def test_a_transformers_config_reads_as_its_config_json(hf, name):
 
 BAD = [
     {"model": {"id": "nope/not-bundled"}},
-    {"model": {"id": "meta-llama/Llama-2-7b-hf"}, "task": "qlora", "quantization": "gptq_int4"},
+    {"model": {"id": "meta-llama/Llama-2-7b-hf"}, "task": "full", "quantization": "nf4"},
     {"model": {"id": "meta-llama/Llama-2-7b-hf"}, "optimizer": "adamw_torch"},
     {"model": {"id": "meta-llama/Llama-2-7b-hf"}, "micro_batch_size": 0},
     {"model": {"id": "meta-llama/Llama-2-7b-hf"}, "typo_field": 1},
