@@ -3,7 +3,8 @@
 #   scripts/setup.sh native    compilers, CMake, Ninja, nlohmann-json, Catch2
 #   scripts/setup.sh wasm      + Emscripten and Node.js
 #   scripts/setup.sh browser   + Chromium and the npm packages of the browser tests (tests/browser)
-#   scripts/setup.sh python    + the validation venv (torch, transformers, peft; a few GB, once)
+#   scripts/setup.sh python    + the validation venv (torch, transformers, peft; a few GB, once) and
+#                              the headers `pip install .` (the Python package) builds against
 #   scripts/setup.sh all       everything
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ if want native wasm browser python; then
 fi
 if want wasm; then need_pkg emscripten; fi
 if want browser; then need_pkg chromium; fi
-if want python; then need_pkg python3-venv; fi
+if want python; then need_pkg python3-venv; need_pkg python3-dev; fi  # python3-dev: the memfit extension (pip install .)
 if want wasm browser && ! command -v node >/dev/null; then need_pkg nodejs; need_pkg npm; fi
 if ((${#apt_packages[@]})); then
   echo "setup: installing ${apt_packages[*]}"

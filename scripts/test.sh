@@ -33,6 +33,14 @@ python3 tools/serving_check.py build/native/cli/memfit --gate-weights 1 --gate-k
 echo "== the measurement harness itself (pytest: the live-tensor tracker is exact on hand-computed workloads)"
 "$(scripts/setup_python.sh)" -m pytest -q validate/tests
 
+echo "== Python package (pip install . into the venv; pytest python/tests: CLI byte-identity, from_trainer, check)"
+# Builds the core once more as an extension (nanobind, scikit-build-core from PyPI): ~2-5 min on
+# 2 cores; the tests take under a minute.
+python_start=$SECONDS
+"$(scripts/setup_python.sh)" -m pip install -q .
+MEMFIT_CLI=build/native/cli/memfit "$(scripts/setup_python.sh)" -m pytest -q -p no:cacheprovider python/tests
+echo "Python package: $((SECONDS - python_start)) s"
+
 echo "== CPU validation suite: memfit validate, estimates vs real PyTorch training steps"
 # The table is the report; the gate is issue 5's: peak allocated within 2 % on every case
 # (MEMFIT_VALIDATE_TOLERANCE). A case that crashes fails the stage whatever the tolerance.

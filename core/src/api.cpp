@@ -225,7 +225,8 @@ std::string defaults_json() {
       engines.push_back({{"engine", p.engine}, {"label", p.label}, {"first_version", p.first_version},
                          {"default_block_size", p.default_block_size}, {"source", p.source}});
     return json{{"version", kVersion}, {"request", request_to_json(r)}, {"options", request_options()},
-                {"serving", serving_setup_to_json(ServingSetup{})}, {"serving_engines", engines}};
+                {"serving", serving_setup_to_json(ServingSetup{})}, {"serving_engines", engines},
+                {"precision_meaning", precision_meanings()}};
   });
 }
 
