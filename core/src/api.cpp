@@ -195,9 +195,9 @@ std::string gpus_json() {
 
 std::string defaults_json() {
   return guarded([] {
-    Request r;
-    r.model_id = "meta-llama/Llama-2-7b-hf";
-    r.gpu = {"A100-80GB", find_gpu("A100-80GB")->memory_bytes};
+    // The defaults as the parser resolves them for an example model (framework version,
+    // the kernel that runs, LoRA dropout): what a request naming only the model gets.
+    const Request r = request_from_json({{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}});
     return json{{"version", kVersion},
                 {"request", request_to_json(r)},
                 {"options", request_options()},
