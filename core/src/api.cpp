@@ -5,6 +5,7 @@
 
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
+#include "memfit/intake.hpp"
 #include "memfit/library.hpp"
 #include "memfit/planner.hpp"
 #include "memfit/serving.hpp"
@@ -217,9 +218,9 @@ std::string gpus_json() {
 
 std::string defaults_json() {
   return guarded([] {
-    Request r;
-    r.model_id = "meta-llama/Llama-2-7b-hf";
-    r.gpu = {"A100-80GB", find_gpu("A100-80GB")->memory_bytes};
+    // The defaults as the parser resolves them for an example model (framework version,
+    // the kernel that runs, LoRA dropout): what a request naming only the model gets.
+    const Request r = request_from_json({{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}});
     json engines = json::array();
     for (const EngineProfile& p : engine_profiles())
       engines.push_back({{"engine", p.engine}, {"label", p.label}, {"first_version", p.first_version},
@@ -228,6 +229,10 @@ std::string defaults_json() {
                 {"serving", serving_setup_to_json(ServingSetup{})}, {"serving_engines", engines},
                 {"precision_meaning", precision_meanings()}};
   });
+}
+
+std::string intake_json(std::string_view input_json) {
+  return guarded([&] { return intake(parse_text(input_json, "the intake input")); });
 }
 
 }  // namespace memfit

@@ -20,7 +20,8 @@ using LD = LoadDtype;
 
 // clang-format off
 constexpr FrameworkTraits kFrameworks[] = {
-    // Transformers 5 from_pretrained loads the checkpoint's dtype ("auto" became the default);
+    // Transformers 5 from_pretrained loads the checkpoint's dtype ("auto" became the default): the LoRA
+    // default; full fine-tuning keeps the fp32-load + bf16=True recipe (noted in the output);
     // TrainingArguments has bf16=False and gradient_checkpointing=False; PEFT LoraConfig has
     // lora_dropout=0.0 and target_modules=None -> its per-model_type mapping; the LM loss
     // upcasts the full logits to fp32 (ForCausalLMLoss).
@@ -175,9 +176,13 @@ void resolve_precision(Request& r, const FrameworkTraits& fw) {
   if (r.task == Task::Inference) return;
   const bool lora = r.task == Task::Lora || r.task == Task::Qlora;
   r.precision = load_precision(lora ? fw.lora_load : fw.full_load, r.model);
-  r.warnings.push_back(std::string("precision \"") + to_string(r.precision) + "\": what " + fw.name + " " +
-                       fw.modelled_version + " loads by default for " + (lora ? "LoRA/QLoRA" : "full fine-tuning") +
-                       (lora && !fw.adapters_in_model_dtype ? " (fp32 adapters)" : "") + "; set precision to override");
+  r.warnings.push_back(std::string("precision \"") + to_string(r.precision) + "\": the " + fw.name + " " +
+                       fw.modelled_version + " default for " + (lora ? "LoRA/QLoRA" : "full fine-tuning") +
+                       (lora && !fw.adapters_in_model_dtype ? " (fp32 adapters)" : "") + "; set precision to override" +
+                       (!lora && fw.lora_load == LoadDtype::Checkpoint && fw.full_load != LoadDtype::Checkpoint
+                            ? " (the usual recipe: dtype=float32 with bf16=True; without dtype= Transformers 5 loads the "
+                              "checkpoint's dtype: precision \"bf16\" or \"fp16\" then)"
+                            : ""));
 }
 
 bool bitsandbytes(Quantization q) {
@@ -204,6 +209,12 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
     r.gradient_checkpointing = fw.gradient_checkpointing || (r.task == Task::Qlora && r.runtime.prepare_kbit);
   if (!given.loss_chunks && fw.loss == LossKind::ChunkedOutput && r.task != Task::Inference)
     r.runtime.loss_chunks = fw.loss_chunks ? fw.loss_chunks : std::max<u64>(1, div_ceil(r.sequence_length, fw.loss_chunk_tokens));
+  if (fw.loss == LossKind::FusedLinear && r.task != Task::Inference)
+    r.warnings.push_back(std::string(fw.name) + " " + fw.modelled_version +
+                         " fuses the LM head with the loss (no [batch, sequence, vocab] logits); memfit models the "
+                         "unfused head, so logits_loss is an over-estimate for it");
+  if (r.runtime.framework != Framework::Transformers && r.task != Task::Inference)
+    r.warnings.push_back(std::string(fw.name) + "'s own memory figure: " + fw.memory_report);
   if (!fw.measured_on_cpu)
     r.warnings.push_back(std::string(fw.name) + ": its defaults are read from its source (" + fw.source +
                          "); memfit's CPU validator does not run its own training step, so its figures are not measured");
