@@ -58,8 +58,39 @@ def optimizer_cases():
     return out
 
 
+def framework_cases():
+    """Each framework's own step (validate/frameworks.py) on llama-tiny: full, LoRA and QLoRA where the
+    framework runs them on CPU, with the framework's default optimizer (Trainer/SFTConfig:
+    adamw_torch_fused; torchtune's recipe configs: torch.optim.AdamW(fused=True))."""
+    out = []
+    for fw in ("transformers", "trl"):
+        rt = {"framework": fw}
+        out.append(case("llama", f"llama/{fw}/full/fp32/nogc/sdpa", optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(case("llama", f"llama/{fw}/full/bf16/gc/sdpa", precision="bf16", gradient_checkpointing=True,
+                        optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(case("llama", f"llama/{fw}/lora/bf16/nogc/sdpa", task="lora", precision="bf16", lora=dict(LORA),
+                        optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(case("llama", f"llama/{fw}/lora/fp32/gc/sdpa", task="lora", lora=dict(LORA),
+                        gradient_checkpointing=True, optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(qlora("llama", f"llama/{fw}/qlora-nf4/bf16/gc/sdpa", gradient_checkpointing=True,
+                         optimizer="adamw_fused", runtime=dict(rt)))
+    # torchtune 0.6.1's QLoRA (torchao NF4Tensor) needs every quantized weight's block count to be a
+    # multiple of its scaler block (256 blocks of 64): llama-tiny's k/v projections (4,096 elements)
+    # are too small, so torchtune runs full and LoRA here
+    tt = {"framework": "torchtune", "loss_chunks": 8}
+    out.append(case("llama", "llama/torchtune/full/bf16/nogc/sdpa", precision="bf16", optimizer="adamw_fused",
+                    runtime=dict(tt)))
+    out.append(case("llama", "llama/torchtune/full/fp32/gc/sdpa", gradient_checkpointing=True,
+                    optimizer="adamw_fused", runtime=dict(tt)))
+    out.append(case("llama", "llama/torchtune/lora/bf16/nogc/sdpa", task="lora", precision="bf16", lora=dict(LORA),
+                    optimizer="adamw_fused", runtime=dict(tt)))
+    out.append(case("llama", "llama/torchtune/lora/fp32/gc/sdpa", task="lora", lora=dict(LORA),
+                    gradient_checkpointing=True, optimizer="adamw_fused", runtime=dict(tt)))
+    return out
+
+
 def cases():
-    return qlora_cases() + optimizer_cases()
+    return qlora_cases() + optimizer_cases() + framework_cases()
 
 
 def main():

@@ -21,6 +21,8 @@
 // bytes per token per attended position.
 #include "activations.hpp"
 
+#include "frameworks.hpp"
+
 #include <algorithm>
 
 namespace memfit::detail {
@@ -67,8 +69,14 @@ struct ModuleImpl {
   bool rope_cache_fp32 = false;
 };
 
+/// Frameworks whose models are their own modules (the others run Transformers' modeling code).
+constexpr std::pair<Framework, ModuleImpl> kOwnModules[] = {
+    {Framework::Torchtune, {true, true, true}},  // torchtune 0.6.1 modules/ (measured, validate/frameworks.py)
+};
+
 ModuleImpl module_impl(const Request& r) {
-  if (r.runtime.framework == "torchtune") return {true, true, true};
+  for (const auto& [f, impl] : kOwnModules)
+    if (f == r.runtime.framework) return impl;
   return {};
 }
 
@@ -588,6 +596,30 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   return out;
 }
 
+/// TRL's fused LM head (trl 1.16 trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py
+/// ChunkedLogProbFunction), what SFTTrainer's compute_loss calls with fused_lm_head=True. The
+/// backbone output is shifted ([:, :-1], b (s - 1) positions) and copied to [N, h], which the
+/// function keeps with the int64 targets and the fp32 log-normaliser and entropy [N]; no logits
+/// exist. Each direction projects tiles into one buffer of [min(N, 4096), 32768] elements in the
+/// compute dtype (sized by the fixed chunk width, not the vocabulary); backward accumulates the
+/// hidden gradient [N, h] and a trained head's weight gradient [V, h] in fp32. On devices without
+/// Triton (CPU) the tile is folded by torch ops instead of the kernel: at the worst moment of
+/// _backward_tile seven fp32 [N, V] tensors and a bool one are alive (measured, peak dump of
+/// llama/trl/full/fp32/nogc/sdpa in validate/frameworks.py).
+HeadActivations trl_fused_head(const ModelSpec& m, const Request& r, u64 norm_saved, bool head_trainable, u64 tokens) {
+  constexpr u64 kTokenTile = 4096, kChunk = 32768, kCpuTileTemps = 7 * 4 + 1;
+  const Dtypes d = dtypes_for(r.precision);
+  const u64 n = sub_floor(tokens, r.micro_batch_size), h = m.hidden, v = m.vocab;
+  HeadActivations out;
+  out.saved = add(mul(tokens, norm_saved), mul(n, add(mul(d.residual, h), 8 + 4 + 4 + 4)));
+  const u64 tile = mul(std::min(n, kTokenTile), kChunk, d.compute);
+  out.loss_forward_peak = add(tile, mul(n, 7 * 4));
+  out.loss_backward_peak = add(tile, add(mul(4, n, h), head_trainable ? mul(4, v, h) : 0));
+  if (r.device == Device::Cpu)
+    out.loss_backward_peak = add(out.loss_backward_peak, mul(std::min(n, kTokenTile), v, kCpuTileTemps));
+  return out;
+}
+
 HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head_trainable, u64 tokens) {
   const Dtypes d = dtypes_for(r.precision);
   const u64 p = d.compute;
@@ -609,6 +641,9 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
   } else {
     saved = add(mul(d.residual, h), 8);
   }
+  if (framework_traits(r.runtime.framework, r.runtime.framework_version).loss == LossKind::FusedLinear &&
+      r.runtime.framework == Framework::Trl)
+    return trl_fused_head(m, r, saved, head_trainable, tokens);
   if (head_trainable) saved = add(saved, mul(d.amp ? 2 : d.residual, h));
   const u64 logits_bytes = (m.logits_fp32_in_model || p == 4) ? 4 : p;
   out.held_logits = mul(tokens, logits_bytes, v);

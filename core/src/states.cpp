@@ -48,7 +48,8 @@ u64 quantized_bits_x1024(Quantization q) {
 /// map (256 fp32, created per call of quantize_blockwise) and the fp32 absmax offset.
 u64 quant_state_constants(Quantization q) {
   switch (q) {
-    case Quantization::Nf4: return 16 * 4;
+    case Quantization::Nf4:
+    case Quantization::Fp4: return 16 * 4;
     case Quantization::Nf4Double: return 16 * 4 + 256 * 4 + 4;
     default: return 0;
   }
@@ -235,7 +236,13 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       tl.parametrized.push_back(adapter == Adapter::Param);
       const bool split = l.split != TpSplit::Replicated;
       u64 w = 0;
-      if (quantized) {
+      // bitsandbytes replaces nn.Linear modules only: Transformers 5's fused expert parameters
+      // ([E, ...], not Linears) stay in the load dtype, and prepare_kbit upcasts them with the rest
+      // (measured, mixtral-tiny nf4_double: 2 layers x 4 experts x 3 x 128 x 448 in fp32 = 5,505,024 B
+      // beside the 4-bit attention)
+      const bool bnb = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                       r.quantization == Quantization::Fp4 || r.quantization == Quantization::Int8;
+      if (quantized && !(bnb && g.moe && l.routed)) {
         w = div_ceil(mul(l.weight_params(), qbits), 8 * 1024);
         if (r.quantization == Quantization::Int8) w = add(w, mul(4, l.out, l.copies));  // fp32 row scales
         w = add(w, mul(quant_state_constants(r.quantization), l.copies));

@@ -52,6 +52,6 @@ struct ModelStates {
 /// is cast to fp32. bitsandbytes' Linear4bit returns its output in its input's dtype
 /// (nn/modules.py Linear4bit.forward: `.to(inp_dtype)`), so from the fp32 embedding on the
 /// whole stream runs in fp32: only the 4-bit matmul computes in bnb_4bit_compute_dtype.
-[[nodiscard]] inline bool kbit_upcast(const Request& r) { return r.task == Task::Qlora; }  // runtime.prepare_kbit: with core8
+[[nodiscard]] inline bool kbit_upcast(const Request& r) { return r.task == Task::Qlora && r.runtime.prepare_kbit; }
 
 }  // namespace memfit::detail
