@@ -398,6 +398,15 @@ def peft_without_torchao():
             pass
 
 
+def lora_dropout(req) -> float:
+    """lora.dropout, else the framework's default: TRL's ModelConfig.lora_dropout = 0.05 (trl 1.16
+    trainer/model_config.py); PEFT's LoraConfig (Transformers) and torchtune's builders: 0.0."""
+    lo = req.get("lora") or {}
+    if "dropout" in lo:
+        return float(lo["dropout"])
+    return 0.05 if (req.get("runtime") or {}).get("framework") == "trl" else 0.0
+
+
 def apply_lora(model, req):
     try:
         from peft import LoraConfig, get_peft_model
@@ -407,7 +416,7 @@ def apply_lora(model, req):
     lo = req.get("lora") or {}
     targets = lo.get("targets", ["q_proj", "v_proj"])
     cfg = LoraConfig(r=int(lo.get("rank", 16)), lora_alpha=float(lo.get("alpha", 2 * int(lo.get("rank", 16)))),
-                     target_modules=targets, lora_dropout=float(lo.get("dropout", 0.0)),
+                     target_modules=targets, lora_dropout=lora_dropout(req),
                      bias="none", task_type="CAUSAL_LM")
     return get_peft_model(model, cfg)
 
@@ -715,7 +724,7 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
             lo = req.get("lora") or {}
             setup["lora"] = {"rank": int(lo.get("rank", 16)), "alpha": lo.get("alpha", 2 * int(lo.get("rank", 16))),
                              "targets": lo.get("targets", ["q_proj", "v_proj"]),
-                             "dropout": float(lo.get("dropout", 0.0))}
+                             "dropout": lora_dropout(req)}
         if method == "ddp":
             from torch.nn.parallel import DistributedDataParallel as DDP
             model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)

@@ -38,6 +38,20 @@ Dtypes dtypes_for(Precision p) {
   return {2, 2, false};
 }
 
+bool kbit_upcast(const Request& r) {
+  const Quantization q = r.quantization;
+  return r.task == Task::Qlora && r.runtime.prepare_kbit &&
+         (q == Quantization::Nf4 || q == Quantization::Nf4Double || q == Quantization::Fp4 || q == Quantization::Int8);
+}
+
+Dtypes dtypes_for(const Request& r) {
+  // prepare_model_for_kbit_training leaves fp32 embeddings and norms; without autocast the hidden
+  // states stay fp32 (bitsandbytes' 4-bit/8-bit Linear casts its output back to its input's dtype).
+  if (kbit_upcast(r) && (r.precision == Precision::Bf16 || r.precision == Precision::Fp16))
+    return dtypes_for(Precision::Fp32);
+  return dtypes_for(r.precision);
+}
+
 namespace {
 
 /// Saved tensors per element of an activation function's input (in its own dtype).
@@ -84,7 +98,7 @@ ModuleImpl module_impl(const Request& r) {
 
 LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
                                    const TrainableLinears& t, u64 tokens, u64 seq) {
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   const u64 p = d.compute;
   const u64 h = m.hidden;
   const u64 a = m.heads;
@@ -123,6 +137,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   struct SlotKeep {
     u64 extra = 0;
     bool shared = false;
+    u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
   };
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
     SlotKeep k;
@@ -149,13 +164,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         else k.extra = add(k.extra, mul(elem, w, share));
         continue;
       }
-      // LoRA adapter on this Linear
-      if (d.amp) k.extra = add(k.extra, mul(2, add(w, t.lora_rank), share));
-      else if (adapter_bytes == elem && share == 1) {
+      // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
+      // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
+      // input; autocast keeps its half cast of it instead) plus dropout's mask.
+      const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
+      k.masks = add(k.masks, mul(mask, w, share));
+      if (d.amp) k.extra = add(k.extra, mul(add(mul(2, add(w, t.lora_rank)), mul(mask, w)), share));
+      else if (adapter_bytes == elem && share == 1 && mask == 0) {
         k.shared = true;
         k.extra = add(k.extra, mul(adapter_bytes, t.lora_rank));
       } else {
-        k.extra = add(k.extra, mul(adapter_bytes, add(w, t.lora_rank), share));
+        k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
       }
     }
     return k;
@@ -398,7 +417,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     //  - PEFT (0.21) adapts fused experts by parametrisation: the merged weight W + B@A of each
     //    fused tensor is a non-leaf that grouped_mm keeps, p x E x in x out per layer.
     const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
-    const bool renorm = m.family != "qwen2_moe";  // norm_topk_prob defaults (Qwen2-MoE: false)
+    const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
     keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
     per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
     bool experts_trained = full;
@@ -485,7 +504,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   if (gemma_norm && m.norm == NormKind::RMSNorm) out.saved = add(out.saved, mul(norms_in_layer, 4, h));  // (1 + weight) fp32
   out.saved = add(out.saved, per_layer_const);
   out.saved_hidden = mul(hid, tokens);
-  out.first_norm = mul(first_norm, tokens);
+  out.first_norm = mul(add(first_norm, attn_in.masks), tokens);
   const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
@@ -542,6 +561,24 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     for (size_t i = 0; i < g.linears.size(); ++i)
       if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
     out.backward_transient = add(out.backward_transient, mul(2, biggest));
+  }
+  if (r.task == Task::Qlora && r.quantization != Quantization::None) {
+    // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
+    // backward (bitsandbytes MatMul4Bit: dequantize_4bit to the compute dtype; GPTQ/AWQ
+    // kernels' fallbacks alike): one dense copy of the largest such weight is live then.
+    // Forward runs inside the gemm_4bit custom op (CUDA: dequantize + F.linear past the fused
+    // kernel's small-M range, i.e. in training; CPU: the same inside the op, scratch the CPU
+    // validator's live-tensor view does not see). Backward calls dequantize_4bit outside the op
+    // (bitsandbytes autograd/_functions.py MatMul4Bit.backward): measured on CPU, the checkpointed
+    // runs' peak holds one dequantized [i, h] weight (peak dump llama/qlora-nf4/bf16/gc/sdpa), a
+    // moment the layer's backward_transient below already spans: adding it there again overshoots
+    // every gc QLoRA case of the suite by 2.5-3 % (data/measurements/cpu-suite-frameworks.jsonl).
+    u64 biggest = 0;
+    for (const Linear& l : g.linears)
+      if (!l.routed) biggest = std::max(biggest, l.weight_params());
+    const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
+    const u64 deq = mul(load, biggest);
+    if (r.device == Device::Cuda) out.forward_transient = add(out.forward_transient, deq);
   }
   out.checkpoint_saved = mul(tokens, d.residual, h);
   // Non-reentrant checkpointing recomputes the layer when its backward first unpacks a saved
@@ -608,7 +645,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 /// llama/trl/full/fp32/nogc/sdpa in validate/frameworks.py).
 HeadActivations trl_fused_head(const ModelSpec& m, const Request& r, u64 norm_saved, bool head_trainable, u64 tokens) {
   constexpr u64 kTokenTile = 4096, kChunk = 32768, kCpuTileTemps = 7 * 4 + 1;
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   const u64 n = sub_floor(tokens, r.micro_batch_size), h = m.hidden, v = m.vocab;
   HeadActivations out;
   out.saved = add(mul(tokens, norm_saved), mul(n, add(mul(d.residual, h), 8 + 4 + 4 + 4)));
@@ -621,7 +658,7 @@ HeadActivations trl_fused_head(const ModelSpec& m, const Request& r, u64 norm_sa
 }
 
 HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head_trainable, u64 tokens) {
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   const u64 p = d.compute;
   const u64 h = m.hidden;
   HeadActivations out;
@@ -670,7 +707,7 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
 }
 
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   const u64 tokens = mul(batch, seq);
   u64 bytes = mul(tokens, 8);  // input ids (int64); labels are the same tensor
   const bool rotary = !m.learned_positions && !m.alibi;

@@ -15,6 +15,7 @@
 
 #include "memfit/error.hpp"
 #include "memfit/model.hpp"
+#include "activations.hpp"
 #include "states.hpp"
 
 namespace memfit::detail {
