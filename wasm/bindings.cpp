@@ -1,4 +1,4 @@
-// memfit's WebAssembly boundary: the six JSON functions of memfit/api.hpp, string in, string out.
+// memfit's WebAssembly boundary: the seven JSON functions of memfit/api.hpp, string in, string out.
 //
 // This is the only translation unit that includes <emscripten/...>. The core never throws out of
 // these functions (errors come back as {"error": "..."}); web/memfit.js parses the text and turns
@@ -14,6 +14,7 @@ namespace {
 std::string estimate(const std::string& request) { return memfit::estimate_json(request); }
 std::string plan(const std::string& request) { return memfit::plan_json(request); }
 std::string parse_config(const std::string& config) { return memfit::parse_config_json(config); }
+std::string intake(const std::string& input) { return memfit::intake_json(input); }
 
 }  // namespace
 
@@ -25,4 +26,5 @@ EMSCRIPTEN_BINDINGS(memfit) {
   function("modelsJson", &memfit::models_json);
   function("gpusJson", &memfit::gpus_json);
   function("defaultsJson", &memfit::defaults_json);
+  function("intakeJson", &intake);  // a parsed launch config -> request + sources (memfit/intake.hpp)
 }

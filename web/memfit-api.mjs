@@ -31,6 +31,7 @@ export async function loadMemfit(moduleOptions = {}) {
     models: () => unwrap(m.modelsJson()),
     gpus: () => unwrap(m.gpusJson()),
     defaults: () => unwrap(m.defaultsJson()),
+    intake: (input) => unwrap(m.intakeJson(asText(input))), // {config, lines?, format?, base?} -> {request, sources, defaulted, ...}
     raw: m, // the text-in/text-out functions: estimateJson, planJson, parseConfigJson, ...
   };
 }

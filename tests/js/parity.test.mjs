@@ -57,7 +57,8 @@ const models = ['meta-llama/Llama-2-7b-hf', 'meta-llama/Llama-3.1-8B', 'Qwen/Qwe
 const precisions = ['fp32', 'amp_bf16', 'amp_fp16', 'bf16', 'fp16'];
 models.forEach((m, i) => {
   add('estimate', `full ${m} ${precisions[i % 5]}`, { model: id(m), precision: precisions[i % 5], micro_batch_size: 1 + (i % 3),
-    sequence_length: 512 * (1 + (i % 4)), gradient_checkpointing: i % 2 === 0, attention: ['eager', 'sdpa', 'flash_attention_2'][i % 3] });
+    sequence_length: 512 * (1 + (i % 4)), gradient_checkpointing: i % 2 === 0,
+    attention: m === 'google/gemma-2-2b' ? 'auto' : ['eager', 'sdpa', 'flash_attention_2'][i % 3] });  // Gemma-2 has no SDPA path
 });
 add('estimate', 'lora all-linear', { model: id('meta-llama/Llama-3.1-8B'), task: 'lora', lora: { rank: 64, alpha: 16, targets: 'all-linear' }, precision: 'bf16' });
 add('estimate', 'lora q,v fp32 adapters', { model: id('mistralai/Mistral-7B-v0.1'), task: 'lora', lora: { rank: 8, targets: ['q_proj', 'v_proj'], adapter_dtype: 'fp32' } });
@@ -94,6 +95,7 @@ add('estimate', 'error bad task', { model: id('openai-community/gpt2'), task: 'p
 add('estimate', 'error unknown field', { model: id('openai-community/gpt2'), micro_batch: 4 });
 add('estimate', 'error full + quantized', { model: id('openai-community/gpt2'), quantization: 'nf4' });
 add('estimate', 'error unknown GPU', { model: id('openai-community/gpt2'), gpu: { name: 'TPUv9' } });
+add('estimate', 'error sdpa for a model without it', { model: id('bigscience/bloom-560m'), attention: 'sdpa' });
 add('estimate', 'error zero batch', { model: id('openai-community/gpt2'), micro_batch_size: 0 });
 add('estimate', 'error config without sizes', { model: { config: { model_type: 'llama' } } });
 add('plan', 'error no model', { task: 'full' });
