@@ -12,10 +12,15 @@ by torchrun) on stdout, or appended to --output.  Progress/logs go to stderr.
 Request schema (see validate/README in NOTES.md):
   model: {"config": {...}} | {"id": "org/name"} (-> data/configs/org--name.json)
          | {"config_path": "relative/or/absolute.json"}
-  task: full | lora | qlora | inference
+  task: full | lora | qlora | inference   (qlora: from_pretrained + BitsAndBytesConfig on a random-weight
+        checkpoint, bitsandbytes' CPU backend on CPU; quantization nf4 | nf4_double | fp4 | int8;
+        runtime.prepare_kbit (default true): PEFT prepare_model_for_kbit_training)
+  runtime.framework: transformers | hf | trl | torchtune -> the framework's own step (frameworks.py);
+        absent -> the plain loop below
   lora: {rank, alpha, targets: [..] | "all-linear", dropout}
   precision: fp32 | amp_bf16 | amp_fp16 | bf16 | fp16
-  optimizer: adamw | adamw_fused | sgd | sgd_momentum | adafactor | lion | adamw_8bit
+  optimizer: adamw | adamw_fused | adamw_loop | sgd | sgd_momentum | adafactor | lion (bitsandbytes Lion)
+             | adamw_8bit | lion_8bit (bitsandbytes, CPU backend on CPU) | paged_adamw_8bit (CUDA only)
   micro_batch_size, sequence_length, gradient_accumulation_steps, gradient_checkpointing,
   attention: eager | sdpa | flash_attention_2
   inference: {batch_size, context_length, new_tokens}
