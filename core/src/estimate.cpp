@@ -223,6 +223,26 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     p.parts["logits_loss"] = add(add(head.saved, kept_logits), head.loss_backward_peak);
     out.push_back(p);
   }
+  // Chunked cross-entropy (eager): the autograd engine runs every chunk's loss backward before
+  // any chunk's output projection (the loss nodes are the newest), so the logits gradients of
+  // all chunks wait in the logits dtype while the log-softmax outputs are already freed. A
+  // trained head then sums its weight gradient over the chunks out of place: the running sum,
+  // the next chunk's product and their sum are alive at the second chunk (measured, peak dump
+  // of llama/torchtune/full/bf16/nogc/sdpa: three [1024, 128] bf16 and six of eight [16, 1024]
+  // bf16 logits-gradient chunks at step 2's backward peak).
+  if (role.head && r.runtime.loss_chunks > 1 && !r.runtime.compile) {
+    const u64 c = r.runtime.loss_chunks;
+    const u64 elem = head.held_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
+    const u64 wgrad = mul(div_ceil(m.vocab, l.vocab_split()), m.lm_head.in, elem);
+    const u64 queued = head_t > 0 ? add(scale(head.held_logits, c - 2, c), mul(3, wgrad))
+                                  : add(scale(head.held_logits, c - 1, c), div_ceil(mul(tokens, m.lm_head.in, elem), c));
+    Moment q{"backward", {}};
+    base(q);
+    q.parts["activations"] = add(A, shared);
+    q.parts["autocast_weight_copies"] = add(casts_total, head_casts);
+    q.parts["logits_loss"] = add(sub_floor(head.saved, scale(mul(tokens, 4, m.vocab), 1, l.vocab_split())), queued);
+    out.push_back(q);
+  }
   // Backward through the layers, top to bottom: both ends of each run of identical layers.
   // gradients that appear layer by layer (not when they are kept all along or freed at once)
   const bool grads_grow = !grads_kept && !r.runtime.optimizer_in_backward;

@@ -47,4 +47,5 @@ struct ModelStates {
 
 [[nodiscard]] ModelStates model_states(const Request& r, MixedMode mixed);
 
+
 }  // namespace memfit::detail
