@@ -46,7 +46,7 @@ TEST_CASE("models, gpus and defaults list what the page needs", "[api]") {
   CHECK(d["request"]["task"] == "full");
   CHECK(d["options"]["optimizer"].size() == 10);
   CHECK(d["options"]["runtime.framework"].size() == 9);  // 8 frameworks + the "hf" alias
-  CHECK(d["options"]["quantization"].size() == 8);
+  CHECK(d["options"]["quantization"].size() == 10);  // none, bitsandbytes int8/nf4/nf4_double/fp4, gptq, awq, fp8, mxfp4, nvfp4
   CHECK(d["options"]["attention"][0] == "auto");
   CHECK(d["request"]["lora"]["dropout"] == 0.0);
   CHECK(d["request"]["runtime"].contains("prepare_kbit"));
