@@ -898,7 +898,9 @@ void build_gpt_oss(Builder& b) {
     g.mlp_intermediate = inter;
     g.sliding_window = window.at(idx);
     add_attention(g.linears, h, m.heads, m.kv_heads, m.head_dim, bias, bias);
-    g.linears.push_back(rep("router", h, experts, true, LinearInput::MlpIn));
+    Linear router = rep("router", h, experts, true, LinearInput::MlpIn);
+    router.peft_module = false;  // GptOssTopKRouter: its own weight and bias, not an nn.Linear
+    g.linears.push_back(router);
     Linear gate_up = col("experts.gate_up_proj", h, mul(2, inter), true, LinearInput::MlpIn);
     Linear down = row("experts.down_proj", inter, h, true, LinearInput::MlpHidden);
     for (Linear* e : {&gate_up, &down}) {
@@ -962,7 +964,7 @@ void build_llama4_text(Builder& b) {
       g.experts_per_token = topk;
       g.mlp_intermediate = inter;
       g.shared_intermediate = inter;
-      g.linears.push_back(rep("router", h, experts, false, LinearInput::MlpIn));
+      g.linears.push_back(rep("router", h, experts, false, LinearInput::MlpIn));  // Llama4Router is an nn.Linear
       Linear gate_up = col("experts.gate_up_proj", h, mul(2, inter), false, LinearInput::MlpIn);
       Linear down = row("experts.down_proj", inter, h, false, LinearInput::MlpHidden);
       for (Linear* e : {&gate_up, &down}) {

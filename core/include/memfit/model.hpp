@@ -39,6 +39,7 @@ struct Linear {
   bool routed = false;    ///< a routed expert: only `experts_per_token / experts` of tokens pass it
   LinearInput input = LinearInput::AttnIn;
   bool checkpoint_quantized = false;  ///< stored in the checkpoint's quantized format (ModelSpec::checkpoint_quant)
+  bool peft_module = true;  ///< an nn.Linear PEFT can wrap; false for a custom module holding weight/bias (gpt-oss router)
 
   [[nodiscard]] u64 weight_params() const { return mul(in, out, copies); }
   [[nodiscard]] u64 bias_params() const { return bias ? mul(out, copies) : 0; }
