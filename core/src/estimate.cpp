@@ -117,7 +117,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
     // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
     // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
-    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != "torchtune";
+    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
     u64 down_grad = 0;
     if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen && !post_ff_norm &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
@@ -131,7 +131,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
-    // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output)
+    // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
+    // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
+    // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
     if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen)
       A = sub_floor(A, mul(in_flight, la.first_norm));
     casts_total = add(casts_total, mul(count, casts));
@@ -208,7 +210,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
   // layers.0's backward; bf16 gc: 262,400 B).
-  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != "torchtune";
+  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
   const u64 head_grad = scale(fsdp2_root ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
   if (role.head) {
     Moment p{"backward", {}};
@@ -367,7 +369,7 @@ struct InferenceParts {
 
 InferenceParts inference_moments(const Request& r, const ModelStates& s, const Layout& l, u64 batch, u64 ctx) {
   const ModelSpec& m = r.model;
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   InferenceParts out;
   // Inference shards by TP (and PP stages); every rank holds its layers' weights.
   const RankRole& role = l.roles.front();

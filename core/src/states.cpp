@@ -15,6 +15,7 @@
 
 #include "memfit/error.hpp"
 #include "memfit/model.hpp"
+#include "activations.hpp"
 #include "states.hpp"
 
 namespace memfit::detail {
@@ -30,7 +31,8 @@ namespace {
 /// (e4m3, as DeepSeek-V3 ships): 8-bit values and an fp32 scale per 128 x 128 block.
 u64 quantized_bits_x1024(Quantization q) {
   switch (q) {
-    case Quantization::Nf4: return 4 * 1024 + 512;
+    case Quantization::Nf4:
+    case Quantization::Fp4: return 4 * 1024 + 512;  // bitsandbytes FP4: same codes and absmax layout as NF4
     case Quantization::Nf4Double: return 4 * 1024 + 128 + 2;
     case Quantization::Int8: return 8 * 1024;
     case Quantization::GptqInt4:
@@ -145,7 +147,8 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
   u64 wbytes = fp32 ? 4 : 2;
   if (!inference && mixed == MixedMode::Autocast) wbytes = 4;
   if (!inference && mixed == MixedMode::ShardedFp32) wbytes = 4;  // the sharded fp32 params
-  const u64 frozen_bytes = (quantized || inference || mixed != MixedMode::Autocast) ? (fp32 ? 4 : 2) : wbytes;
+  u64 frozen_bytes = (quantized || inference || mixed != MixedMode::Autocast) ? (fp32 ? 4 : 2) : wbytes;
+  if (kbit_upcast(r)) frozen_bytes = 4;  // prepare_model_for_kbit_training: non-quantized params in fp32
   // PEFT upcasts adapters to fp32 unless told otherwise (autocast_adapter_dtype=True).
   const u64 adapter_bytes = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   const u64 qbits = quantized_bits_x1024(r.quantization);
