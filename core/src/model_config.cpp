@@ -891,6 +891,9 @@ void build_gpt_oss(Builder& b) {
     // OCP MX FP4 (E2M1) codes, 32 per block sharing one E8M0 scale byte: 4 + 8/32 bits per
     // weight. modules_to_not_convert keeps attention, router, embeddings and head in bf16.
     m.checkpoint_quant = {"mxfp4", 32, 4 * 1024 + 8 * 1024 / 32};
+    m.notes.push_back("the checkpoint stores the expert weights in MXFP4 (4.25 bits per weight); Transformers "
+                      "dequantizes them to bf16 when it cannot run the MXFP4 kernels (and for training), so the "
+                      "estimate uses the requested precision for every weight");
   }
   for (u64 idx = 0; idx < m.layers; ++idx) {
     LayerGroup g;
@@ -1002,8 +1005,8 @@ u64 siglip_params(const ConfigReader& v) {
   const u64 channels = v.size_or({"num_channels"}, 3);
   const u64 image = v.size_or({"image_size"}, 224);
   const u64 patch = v.size_or({"patch_size"}, 16);
-  if (patch == 0 || image % patch != 0) throw Error("vision_config: image_size must be a multiple of patch_size");
-  const u64 patches = mul(image / patch, image / patch);
+  if (patch == 0) throw Error("vision_config: patch_size must be positive");
+  const u64 patches = mul(image / patch, image / patch);  // the stride-`patch` conv drops a remainder
   const u64 linear_hh = add(mul(h, h), h);
   const u64 mlp = add(add(mul(h, inter), inter), add(mul(inter, h), h));
   const u64 layer = add(add(mul(4, linear_hh), mlp), mul(4, h));  // + layer_norm1/2 (w + b)
@@ -1025,8 +1028,8 @@ u64 llama4_vision_params(const ConfigReader& v, u64 text_hidden) {
   const u64 channels = v.size_or({"num_channels"}, 3);
   const u64 image = v.size({"image_size"});
   const u64 patch = v.size({"patch_size"});
-  if (patch == 0 || image % patch != 0) throw Error("vision_config: image_size must be a multiple of patch_size");
-  const u64 patches = mul(image / patch, image / patch);
+  if (patch == 0) throw Error("vision_config: patch_size must be positive");
+  const u64 patches = mul(image / patch, image / patch);  // (image_size // patch_size) ** 2
   const u64 attn = mul(4, add(mul(h, h), h));
   const u64 mlp = add(add(mul(h, inter), inter), add(mul(inter, h), h));
   const u64 layer = add(add(attn, mlp), mul(4, h));
