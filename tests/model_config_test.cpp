@@ -172,6 +172,73 @@ TEST_CASE("multimodal configs are sized through their text_config", "[model]") {
   CHECK_THAT(m.notes.front(), Catch::Matchers::Contains("vision tower"));
 }
 
+namespace {
+u64 layers_where(const ModelSpec& m, bool (*pred)(const LayerGroup&)) {
+  u64 n = 0;
+  for (const LayerGroup& g : m.groups)
+    if (pred(g)) n += g.count;
+  return n;
+}
+}  // namespace
+
+TEST_CASE("gpt-oss: sinks, biases, alternating sliding window and MXFP4 storage", "[model][params][gpt_oss]") {
+  const ModelSpec m = load("openai--gpt-oss-20b");
+  CHECK(m.layers == 24);
+  CHECK(layers_where(m, [](const LayerGroup& g) { return g.attention_kind() == LayerAttention::SlidingWindow; }) == 12);
+  CHECK(layers_where(m, [](const LayerGroup& g) { return g.sliding_window == 128; }) == 12);
+  CHECK(layers_where(m, [](const LayerGroup& g) { return g.moe && g.experts == 32 && g.experts_per_token == 4; }) == 24);
+  REQUIRE(m.checkpoint_quant.method == "mxfp4");
+  // By hand: the expert weights (not their biases) are MXFP4: per layer 32 x 2880 x 5760 (gate_up) +
+  // 32 x 2880 x 2880 (down) = 796,262,400 elements, x 24 layers = 19,110,297,600, at 4 bits + one
+  // scale byte per 32 = 0.53125 bytes -> 10,152,345,600 bytes. The other 1,804,459,584 parameters
+  // stay bf16 (3,608,919,168 bytes).
+  CHECK(checkpoint_weight_bytes(m, 2) == u64{10'152'345'600} + u64{3'608'919'168});
+}
+
+TEST_CASE("Llama 4 Scout: chunked RoPE layers, full NoPE layers, shared expert and vision tower", "[model][params][llama4]") {
+  const ModelSpec m = load("RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic");
+  CHECK(m.model_type == "llama4_text");
+  // no_rope_layers is empty in the file, so Llama4TextConfig's rule applies: every 4th layer NoPE.
+  CHECK(layers_where(m, [](const LayerGroup& g) { return !g.rope && g.attention_kind() == LayerAttention::Full; }) == 12);
+  CHECK(layers_where(m, [](const LayerGroup& g) { return g.rope && g.attention_chunk == 8192; }) == 36);
+  CHECK(layers_where(m, [](const LayerGroup& g) { return g.moe && g.shared_intermediate == 8192; }) == 48);
+  // By hand (vision_config): patch Linear 588 x 1408, class token 1408, positions 577 x 1408,
+  // LayerNorm pre/post 4 x 1408, 34 layers x 23,807,872, adapter 5632 x 4096 + 4096 x 4096,
+  // projector 4096 x 5120.
+  CHECK(m.vision_params == u64{871'932'416});
+}
+
+TEST_CASE("Gemma 3: five sliding layers to one full, SigLIP tower counted", "[model][params][gemma3]") {
+  const ModelSpec m = load("google--gemma-3-4b-it");
+  CHECK(layers_where(m, [](const LayerGroup& g) { return g.sliding_window == 1024; }) == 29);
+  CHECK(layers_where(m, [](const LayerGroup& g) { return g.attention_kind() == LayerAttention::Full; }) == 5);
+  // SigLIP-400M (27 layers x 15,239,504 + patch conv 678,528 + 4096 positions x 1152 + post norm)
+  // = 416,866,032, projector 1152 x 2560 + soft-embedding norm 1152.
+  CHECK(m.vision_params == u64{416'866'032} + 1152 * 2560 + 1152);
+  CHECK(m.kv_heads == 4);  // Gemma3TextConfig default: the published file does not say
+  const ModelSpec text = load("google--gemma-3-1b-it");
+  CHECK(text.vision_params == 0);
+  CHECK(layers_where(text, [](const LayerGroup& g) { return g.sliding_window == 512; }) == 22);
+}
+
+TEST_CASE("SmolLM3: every fourth layer has no rotary embedding", "[model][smollm3]") {
+  const ModelSpec m = load("HuggingFaceTB--SmolLM3-3B");
+  CHECK(layers_where(m, [](const LayerGroup& g) { return !g.rope; }) == 9);
+  CHECK(m.tied_embeddings);
+}
+
+TEST_CASE("a multimodal wrapper whose vision tower memfit does not know says it is left out", "[model]") {
+  json cfg = {{"model_type", "llava"},
+              {"text_config",
+               {{"model_type", "llama"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+                {"intermediate_size", 128}, {"vocab_size", 1000}}},
+              {"vision_config", {{"hidden_size", 32}}}};
+  const ModelSpec m = parse_model_config(cfg);
+  CHECK(m.vision_params == 0);
+  REQUIRE_FALSE(m.notes.empty());
+  CHECK_THAT(m.notes.back(), Catch::Matchers::Contains("not counted"));
+}
+
 TEST_CASE("family traits: attention kernels, PEFT targets and config-driven flags come from the table", "[model][traits]") {
   const ModelSpec bloom = parse_model_config(read_json(configs() / "bigscience--bloom-560m.json"));
   CHECK_FALSE(bloom.supports_sdpa);

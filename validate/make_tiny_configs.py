@@ -127,6 +127,36 @@ FAMILIES = {
         rope_scaling={"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
                       "original_max_position_embeddings": 64, "type": "yarn"}),
         "MLA kept (q_lora_rank, kv_lora_rank, nope/rope/v head dims scaled /8); layer 0 dense + layer 1 MoE (first_k_dense_replace 3 -> 1); 256 routed experts top-8 in 8 groups -> 4 top-2 in 2 groups; 1 shared expert; fp8 quantization_config and remote-code auto_map dropped; MTP layers not built by transformers"),
+    "gpt_oss": ("openai--gpt-oss-20b.json", {}, dict(
+        hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, experts_per_token=2,
+        vocab_size=VOCAB, max_position_embeddings=512, initial_context_length=16, sliding_window=32,
+        layer_types=["sliding_attention", "full_attention"],
+        rope_scaling={"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 16,
+                      "rope_type": "yarn", "truncate": False}),
+        "32 experts top-4 -> 4 top-2 (expert width = hidden as the original); GQA 64:8 -> 8:2, head_dim 16; one sliding (window 128 -> 32) + one full layer; attention sinks and all biases kept; yarn original context 4096 -> 16; the mxfp4 quantization_config dropped (bf16/fp32 weights)"),
+    "llama4_text": ("RedHatAI--Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json#text_config", {}, dict(
+        hidden_size=128, intermediate_size=96, intermediate_size_mlp=256, num_hidden_layers=4,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=1,
+        interleave_moe_layer_step=2, attention_chunk_size=32, vocab_size=VOCAB, max_position_embeddings=512,
+        rope_scaling={"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                      "original_max_position_embeddings": 32, "rope_type": "llama3"},
+        _attn_implementation_autoset=None, for_llm_compressor=None),
+        "text model of Llama 4 Scout: 4 layers so layer 3 is a NoPE (full-attention) layer and layers 0-2 chunked (chunk 8192 -> 32); MoE every 2nd layer (interleave step 1 -> 2) so dense and MoE layers both occur; 16 experts top-1 + shared expert -> 4 top-1 + shared; GQA 40:8 -> 8:2"),
+    "gemma3": ("google--gemma-3-1b-it.json", {}, dict(
+        hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=32, query_pre_attn_scalar=32, vocab_size=VOCAB,
+        max_position_embeddings=512, sliding_window=32, layer_types=["sliding_attention", "full_attention"]),
+        "text-only Gemma 3 (1B): MQA 4:1 kept; head_dim 256 -> 32; one sliding (window 512 -> 32) + one full layer (the 5:1 pattern needs 6 layers); q/k norms and 4 norms per layer kept"),
+    "smollm3": ("HuggingFaceTB--SmolLM3-3B.json", {}, dict(
+        hidden_size=128, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=512, max_window_layers=4,
+        no_rope_layers=[1, 1, 1, 0], layer_types=["full_attention"] * 4),
+        "4 layers so the NoPE layer (every 4th) occurs; GQA 16:4 -> 8:2; tied embeddings as the original"),
+    "olmo2": ("allenai--OLMo-2-1124-7B-Instruct.json", {}, dict(
+        hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, vocab_size=VOCAB, max_position_embeddings=512),
+        "MHA 32:32 -> 4:4; q/k norms over all heads and post-norms kept; intermediate/hidden ~2.7 as the original"),
     # ---- families without an authentic file in data/configs: transformers config-class field names
     "starcoder2": (None, {}, dict(
         model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], hidden_size=128,
@@ -174,8 +204,11 @@ def build(family):
     src, renames, overrides, note = FAMILIES[family]
     cfg = {}
     if src:
-        with open(os.path.join(SRC, src)) as f:
+        path, _, part = src.partition("#")  # "file.json#text_config": the nested language-model config
+        with open(os.path.join(SRC, path)) as f:
             orig = json.load(f)
+        if part:
+            orig = orig[part]
         for k, v in orig.items():
             if k in DROP:
                 continue

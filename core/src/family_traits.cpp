@@ -51,6 +51,13 @@ constexpr FamilyTraits kFamilies[] = {
     {"phi",             true,  true,  false, AI::Sdpa,  "q_proj,v_proj,fc1,fc2",           true},
     {"biogpt",          true,  true,  false, AI::Sdpa,  "",                                true},
     {"bert",            true,  true,  false, AI::Sdpa,  "query,value",                     true},
+    // Issue-10 families. gpt-oss: no SDPA path (the attention sinks), eager or (kernels) FA;
+    // its router is a softmax over the top-k logits, i.e. renormalised. Llama 4 text: SDPA, no
+    // FA2 flag; sigmoid scores of the top-1 expert, not renormalised. PEFT has entries only for
+    // the wrapper types llama4 and gemma3_text (q_proj,v_proj).
+    {"gpt_oss",         false, true,  false, AI::Eager, "",                                true},
+    {"llama4_text",     true,  false, false, AI::Sdpa,  "",                                false},
+    {"smollm3",         true,  true,  false, AI::Sdpa,  "",                                true},
     // Remote code. InternLM2: INTERNLM2_ATTENTION_CLASSES {eager, flash_attention_2}, chosen by
     // config.attn_implementation (default "eager"). ChatGLM2/3: CoreAttention calls
     // torch's scaled_dot_product_attention on PyTorch >= 2. Qwen (v1): flash-attn when that

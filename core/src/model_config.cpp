@@ -67,7 +67,8 @@ void add_plain_mlp(std::vector<Linear>& out, u64 h, u64 i, bool bias, const char
 /// group of identical structure so that 10^6 layers cost a handful of groups.
 void add_layer(std::vector<LayerGroup>& groups, LayerGroup g) {
   for (LayerGroup& e : groups) {
-    bool same = e.moe == g.moe && e.sliding_window == g.sliding_window && e.other_params == g.other_params &&
+    bool same = e.moe == g.moe && e.sliding_window == g.sliding_window && e.attention_chunk == g.attention_chunk &&
+                e.rope == g.rope && e.other_params == g.other_params &&
                 e.mlp_intermediate == g.mlp_intermediate && e.experts == g.experts &&
                 e.experts_per_token == g.experts_per_token && e.shared_intermediate == g.shared_intermediate &&
                 e.linears.size() == g.linears.size();
@@ -115,6 +116,21 @@ WindowRule read_layer_types(const ConfigReader& r, u64 window, WindowRule fallba
   rule.kind = WindowRule::List;
   for (const json& t : *it) rule.list.push_back(t.is_string() && t.get<std::string>() == "sliding_attention");
   return rule;
+}
+
+/// Which layers apply rotary embeddings, from a `no_rope_layers` list (1 = RoPE, 0 = NoPE), or
+/// when it is absent or empty, a NoPE layer every `no_rope_layer_interval` layers (the rule of
+/// SmolLM3Config and Llama4TextConfig: layer i uses RoPE iff (i + 1) % interval != 0).
+std::vector<bool> read_rope_layers(const ConfigReader& r, u64 layers, u64 default_interval) {
+  std::vector<bool> rope(layers, true);
+  auto it = r.json().find("no_rope_layers");
+  if (it != r.json().end() && it->is_array() && !it->empty()) {
+    for (u64 i = 0; i < layers && i < it->size(); ++i) rope[i] = !((*it)[i].is_number() && (*it)[i].get<double>() == 0);
+    return rope;
+  }
+  const u64 interval = r.size_or({"no_rope_layer_interval"}, default_interval);
+  for (u64 i = 0; i < layers && interval > 0; ++i) rope[i] = (i + 1) % interval != 0;
+  return rope;
 }
 
 bool tie_default(const std::string& type) {
@@ -240,6 +256,8 @@ void build_llama_like(Builder& b) {
     qkv_bias = o_bias = r.flag_or({"use_bias"}, true);
   }
   if (t == "starcoder2") window = read_layer_types(r, r.size_or({"sliding_window"}, 0), WindowRule{});
+  // SmolLM3: every 4th layer is NoPE (SmolLM3Config no_rope_layers); no other family here has NoPE.
+  const std::vector<bool> rope = t == "smollm3" ? read_rope_layers(r, L, 4) : std::vector<bool>(L, true);
   m.norm = norm;
   m.mlp = t == "starcoder2" ? MlpKind::Plain : MlpKind::Gated;
   if (t == "starcoder2") m.activation = r.text_or({"hidden_act"}, "gelu_pytorch_tanh");
@@ -342,6 +360,7 @@ void build_llama_like(Builder& b) {
     g.linears = attn;
     g.other_params = attn_extra;
     g.sliding_window = window.at(idx);
+    g.rope = rope[idx];
     if (is_moe_layer(idx)) {
       g.moe = true;
       g.experts = experts;
@@ -844,6 +863,212 @@ void build_unknown(Builder& b) {
   b.m.family = "llama (approximate)";
 }
 
+// gpt-oss (Transformers modeling_gpt_oss.py): GQA attention with biases on q/k/v/o and one learned
+// attention-sink logit per head ("sinks"); every layer MoE with a biased router and experts held
+// as fused tensors (gate_up_proj [E, h, 2I] + bias, down_proj [E, I, h] + bias); alternating
+// sliding-window / full layers from `layer_types`; untied head.
+void build_gpt_oss(Builder& b) {
+  ModelSpec& m = b.m;
+  const ConfigReader& r = b.r;
+  m.family = "gpt_oss";
+  const u64 h = m.hidden = r.size({"hidden_size"});
+  m.layers = r.size({"num_hidden_layers"});
+  m.heads = r.size({"num_attention_heads"});
+  m.kv_heads = r.size_or({"num_key_value_heads"}, m.heads);
+  m.head_dim = m.v_head_dim = r.size_or({"head_dim"}, h / m.heads);
+  m.vocab = r.size({"vocab_size"});
+  m.max_positions = r.size_or({"max_position_embeddings"}, 0);
+  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
+  m.embedding_params = mul(m.vocab, h);
+  const u64 experts = r.size({"num_local_experts"});
+  const u64 topk = r.size({"num_experts_per_tok", "experts_per_token"});
+  const u64 inter = r.size({"intermediate_size"});
+  const bool bias = r.flag_or({"attention_bias"}, true);
+  WindowRule alternate;  // GptOssConfig default: even layers sliding
+  alternate.kind = WindowRule::EvenLayers;
+  const WindowRule window = read_layer_types(r, r.size_or({"sliding_window"}, 128), alternate);
+  const bool mxfp4 = r.json().contains("quantization_config") && r.json()["quantization_config"].is_object() &&
+                     r.json()["quantization_config"].value("quant_method", "") == "mxfp4";
+  if (mxfp4) {
+    // OCP MX FP4 (E2M1) codes, 32 per block sharing one E8M0 scale byte: 4 + 8/32 bits per
+    // weight. modules_to_not_convert keeps attention, router, embeddings and head in bf16.
+    m.checkpoint_quant = {"mxfp4", 32, 4 * 1024 + 8 * 1024 / 32};
+    m.notes.push_back("the checkpoint stores the expert weights in MXFP4 (4.25 bits per weight); Transformers "
+                      "dequantizes them to bf16 when it cannot run the MXFP4 kernels (and for training), so the "
+                      "estimate uses the requested precision for every weight");
+  }
+  for (u64 idx = 0; idx < m.layers; ++idx) {
+    LayerGroup g;
+    g.count = 1;
+    g.moe = true;
+    g.experts = experts;
+    g.experts_per_token = topk;
+    g.mlp_intermediate = inter;
+    g.sliding_window = window.at(idx);
+    add_attention(g.linears, h, m.heads, m.kv_heads, m.head_dim, bias, bias);
+    Linear router = rep("router", h, experts, true, LinearInput::MlpIn);
+    router.peft_module = false;  // GptOssTopKRouter: its own weight and bias, not an nn.Linear
+    g.linears.push_back(router);
+    Linear gate_up = col("experts.gate_up_proj", h, mul(2, inter), true, LinearInput::MlpIn);
+    Linear down = row("experts.down_proj", inter, h, true, LinearInput::MlpHidden);
+    for (Linear* e : {&gate_up, &down}) {
+      e->copies = experts;
+      e->routed = true;
+      e->checkpoint_quantized = mxfp4;
+      g.linears.push_back(*e);
+    }
+    g.other_params = add(mul(2, h), m.heads);  // two RMSNorms + the per-head sinks
+    add_layer(m.groups, std::move(g));
+  }
+  m.other_params = h;
+  m.tied_embeddings = r.flag_or({"tie_word_embeddings"}, false);
+  m.lm_head = rep("lm_head", h, m.vocab, false);
+}
+
+// Llama 4 text model (modeling_llama4.py): MoE layers (listed in `moe_layers`, else every
+// `interleave_moe_layer_step`-th) hold a bias-free router, fused experts (gate_up_proj
+// [E, h, 2I], down_proj [E, I, h]) and an always-on shared expert of width I; dense layers use
+// intermediate_size_mlp. RoPE layers attend in chunks of attention_chunk_size; NoPE layers
+// (no_rope_layers, default every 4th) attend fully. The qk L2 norm has no weight. Untied head.
+void build_llama4_text(Builder& b) {
+  ModelSpec& m = b.m;
+  const ConfigReader& r = b.r;
+  m.family = "llama4_text";
+  const u64 h = m.hidden = r.size({"hidden_size"});
+  const u64 L = m.layers = r.size({"num_hidden_layers"});
+  m.heads = r.size({"num_attention_heads"});
+  m.kv_heads = r.size_or({"num_key_value_heads"}, m.heads);
+  m.head_dim = m.v_head_dim = r.size_or({"head_dim"}, h / m.heads);
+  m.vocab = r.size({"vocab_size"});
+  m.max_positions = r.size_or({"max_position_embeddings"}, 0);
+  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
+  m.embedding_params = mul(m.vocab, h);
+  const u64 experts = r.size({"num_local_experts"});
+  const u64 topk = r.size_or({"num_experts_per_tok"}, 1);
+  const u64 inter = r.size({"intermediate_size"});
+  const u64 dense_i = r.size_or({"intermediate_size_mlp"}, inter);
+  const u64 chunk = r.size_or({"attention_chunk_size"}, 8192);
+  const bool bias = r.flag_or({"attention_bias"}, false);
+  const std::vector<bool> rope = read_rope_layers(r, L, 4);
+  std::set<u64> moe_layers;
+  auto listed = r.json().find("moe_layers");
+  if (listed != r.json().end() && listed->is_array()) {
+    for (const json& v : *listed)
+      if (v.is_number_unsigned()) moe_layers.insert(v.get<u64>());
+  } else {
+    const u64 step = r.size_or({"interleave_moe_layer_step"}, 1);
+    for (u64 i = step - 1; step > 0 && i < L; i += step) moe_layers.insert(i);
+  }
+  for (u64 idx = 0; idx < L; ++idx) {
+    LayerGroup g;
+    g.count = 1;
+    g.rope = rope[idx];
+    g.attention_chunk = g.rope ? chunk : 0;
+    add_attention(g.linears, h, m.heads, m.kv_heads, m.head_dim, bias, bias);
+    g.other_params = mul(2, h);
+    if (moe_layers.count(idx) != 0) {
+      g.moe = true;
+      g.experts = experts;
+      g.experts_per_token = topk;
+      g.mlp_intermediate = inter;
+      g.shared_intermediate = inter;
+      g.linears.push_back(rep("router", h, experts, false, LinearInput::MlpIn));  // Llama4Router is an nn.Linear
+      Linear gate_up = col("experts.gate_up_proj", h, mul(2, inter), false, LinearInput::MlpIn);
+      Linear down = row("experts.down_proj", inter, h, false, LinearInput::MlpHidden);
+      for (Linear* e : {&gate_up, &down}) {
+        e->copies = experts;
+        e->routed = true;
+        g.linears.push_back(*e);
+      }
+      add_gated_mlp(g.linears, h, inter, false);  // shared_expert
+    } else {
+      g.mlp_intermediate = dense_i;
+      add_gated_mlp(g.linears, h, dense_i, false);
+    }
+    add_layer(m.groups, std::move(g));
+  }
+  m.other_params = h;
+  m.tied_embeddings = r.flag_or({"tie_word_embeddings"}, false);
+  m.lm_head = rep("lm_head", h, m.vocab, false);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vision towers of multimodal wrappers, counted from their vision_config (plus the projector
+// into the language model), so that the weights of the whole checkpoint are in the estimate.
+
+/// SigLIP vision encoder (modeling_siglip.py), as Gemma 3 uses it: conv patch embedding with
+/// bias, learned positions, pre-norm encoder layers (LayerNorm, biased q/k/v/out, fc1/fc2),
+/// post_layernorm, and the attention-pooling head only if vision_use_head. Defaults are
+/// SiglipVisionConfig's.
+u64 siglip_params(const ConfigReader& v) {
+  const u64 h = v.size_or({"hidden_size"}, 768);
+  const u64 inter = v.size_or({"intermediate_size"}, 3072);
+  const u64 layers = v.size_or({"num_hidden_layers"}, 12);
+  const u64 channels = v.size_or({"num_channels"}, 3);
+  const u64 image = v.size_or({"image_size"}, 224);
+  const u64 patch = v.size_or({"patch_size"}, 16);
+  if (patch == 0) throw Error("vision_config: patch_size must be positive");
+  const u64 patches = mul(image / patch, image / patch);  // the stride-`patch` conv drops a remainder
+  const u64 linear_hh = add(mul(h, h), h);
+  const u64 mlp = add(add(mul(h, inter), inter), add(mul(inter, h), h));
+  const u64 layer = add(add(mul(4, linear_hh), mlp), mul(4, h));  // + layer_norm1/2 (w + b)
+  u64 p = add(add(mul(channels, patch, patch, h), h), mul(patches, h));
+  p = add(add(p, mul(layers, layer)), mul(2, h));  // encoder + post_layernorm
+  if (v.flag_or({"vision_use_head"}, true))  // probe, MultiheadAttention (in 3h x h, out h x h), LayerNorm, MLP
+    p = add(p, add(add(h, add(mul(3, linear_hh), linear_hh)), add(mul(2, h), mlp)));
+  return p;
+}
+
+/// Llama 4 vision model (modeling_llama4.py): unfolded-patch Linear without bias, class token,
+/// positions for patches + 1, LayerNorm pre/post, encoder layers with biased attention and MLP,
+/// the pixel-shuffle adapter MLP (fc1 intermediate -> projector_input_dim, fc2 projector_output_dim
+/// square, no biases) and multi_modal_projector.linear_1 (vision_output_dim -> text hidden).
+u64 llama4_vision_params(const ConfigReader& v, u64 text_hidden) {
+  const u64 h = v.size({"hidden_size"});
+  const u64 inter = v.size({"intermediate_size"});
+  const u64 layers = v.size({"num_hidden_layers"});
+  const u64 channels = v.size_or({"num_channels"}, 3);
+  const u64 image = v.size({"image_size"});
+  const u64 patch = v.size({"patch_size"});
+  if (patch == 0) throw Error("vision_config: patch_size must be positive");
+  const u64 patches = mul(image / patch, image / patch);  // (image_size // patch_size) ** 2
+  const u64 attn = mul(4, add(mul(h, h), h));
+  const u64 mlp = add(add(mul(h, inter), inter), add(mul(inter, h), h));
+  const u64 layer = add(add(attn, mlp), mul(4, h));
+  u64 p = add(add(mul(channels, patch, patch, h), h), mul(add(patches, 1), h));
+  p = add(add(p, mul(4, h)), mul(layers, layer));
+  const u64 proj_in = v.size({"projector_input_dim"});
+  const u64 proj_out = v.size({"projector_output_dim"});
+  p = add(p, add(mul(inter, proj_in), mul(proj_out, proj_out)));
+  return add(p, mul(v.size({"vision_output_dim"}), text_hidden));
+}
+
+/// The vision tower + projector of a wrapper model_type, or 0 with `counted` false when memfit
+/// does not know the wrapper's vision tower.
+u64 vision_tower_params(const std::string& wrapper, const json& vision, u64 text_hidden, bool& counted) {
+  const ConfigReader v(vision, "config.json (vision_config)");
+  counted = true;
+  if (wrapper == "gemma3") {
+    // Gemma3MultiModalProjector: mm_input_projection_weight [vision h, text h] + mm_soft_emb_norm.
+    const u64 vh = v.size_or({"hidden_size"}, 768);
+    return add(siglip_params(v), add(mul(vh, text_hidden), vh));
+  }
+  if (wrapper == "llama4") return llama4_vision_params(v, text_hidden);
+  counted = false;
+  return 0;
+}
+
+/// Configuration-class defaults for keys that published files of a family omit (Transformers
+/// fills them the same way when it loads the file). Gemma3TextConfig: the google/gemma-3-4b-it
+/// file gives only hidden/intermediate/layers and relies on these.
+const std::map<std::string, json>& class_defaults() {
+  static const std::map<std::string, json> table = {
+      {"gemma3_text",
+       {{"num_attention_heads", 8}, {"num_key_value_heads", 4}, {"head_dim", 256}, {"vocab_size", 262208}}},
+  };
+  return table;
+}
+
 using BuildFn = void (*)(Builder&);
 
 const std::map<std::string, BuildFn>& builders() {
@@ -860,6 +1085,7 @@ const std::map<std::string, BuildFn>& builders() {
       {"gpt_neox", build_gpt_neox},      {"gptj", build_gptj},              {"codegen", build_gptj},
       {"gpt_neo", build_gpt_neo},        {"phi", build_phi},                {"phi-msft", build_phi},
       {"biogpt", build_biogpt},          {"chatglm", build_chatglm},        {"qwen", build_qwen_v1},
+      {"smollm3", build_llama_like},     {"gpt_oss", build_gpt_oss},        {"llama4_text", build_llama4_text},
   };
   return table;
 }
@@ -887,11 +1113,31 @@ std::string infer_model_type(const json& j) {
         {"GPTNeoForCausalLM", "gpt_neo"},       {"BioGptForCausalLM", "biogpt"},
         {"StableLmForCausalLM", "stablelm"},    {"Starcoder2ForCausalLM", "starcoder2"},
         {"ChatGLMModel", "chatglm"},            {"ChatGLMForConditionalGeneration", "chatglm"},
+        {"Olmo2ForCausalLM", "olmo2"},          {"SmolLM3ForCausalLM", "smollm3"},
+        {"GptOssForCausalLM", "gpt_oss"},       {"Gemma3ForCausalLM", "gemma3_text"},
+        {"Llama4ForCausalLM", "llama4_text"},
     };
     auto it = by_arch.find((*ar)[0].get<std::string>());
     if (it != by_arch.end()) return it->second;
   }
   return "";
+}
+
+/// Counts the vision tower of a multimodal wrapper into the model (other_params, vision_params)
+/// and says so in a note, or says that it is left out.
+void add_vision_tower(ModelSpec& m, const std::string& wrapper, const json& config) {
+  auto vc = config.find("vision_config");
+  bool counted = false;
+  const u64 vision = vc != config.end() && vc->is_object() ? vision_tower_params(wrapper, *vc, m.hidden, counted) : 0;
+  if (counted) {
+    m.vision_params = vision;
+    m.other_params = add(m.other_params, vision);
+    m.notes.push_back("multimodal config (" + wrapper + "): the vision tower and projector (" + std::to_string(vision) +
+                      " parameters) are counted in the weights; activations are those of text-only inputs");
+  } else {
+    m.notes.push_back("multimodal config (" + wrapper + "): the language model (text_config, " + m.model_type +
+                      ") is estimated; the vision tower and projector are not counted");
+  }
 }
 
 /// What Transformers rejects at the first forward (or at construction): query heads that do
@@ -943,6 +1189,7 @@ std::vector<std::string> supported_model_types() {
   for (const auto& [name, fn] : builders()) out.push_back(name);
   out.push_back("bert");
   out.push_back("gemma3");
+  out.push_back("llama4");
   return out;
 }
 
@@ -952,19 +1199,26 @@ ModelSpec parse_model_config(const json& config, const std::string& head) {
   if (!config.is_object()) throw Error("config.json must be a JSON object ({...}), got " + std::string(config.type_name()));
   std::string type = infer_model_type(config);
 
-  // Multimodal files nest the language model under text_config; memfit sizes the language model.
+  // Multimodal files nest the language model under text_config; the vision tower is counted
+  // from vision_config where memfit knows it (vision_tower_params), else said to be left out.
   const json* cfg = &config;
-  std::vector<std::string> notes;
+  std::string wrapper;
   auto tc = config.find("text_config");
   if (tc != config.end() && tc->is_object()) {
     std::string inner = infer_model_type(*tc);
-    if (inner.empty()) inner = type == "gemma3" ? "gemma3_text" : type == "llava" ? "llama" : "";
+    if (inner.empty()) inner = type == "gemma3" ? "gemma3_text" : type == "llama4" ? "llama4_text" : type == "llava" ? "llama" : "";
     if (inner.empty())
       throw Error("config.json nests a text_config without a model_type: add \"model_type\" to text_config");
-    notes.push_back("multimodal config (" + type + "): the language model (text_config, " + inner +
-                    ") is estimated; the vision tower and projector are not counted");
     cfg = &*tc;
+    wrapper = type;
     type = inner;
+  }
+  json with_defaults;
+  if (auto d = class_defaults().find(type); d != class_defaults().end()) {
+    with_defaults = *cfg;
+    for (const auto& [key, value] : d->second.items())
+      if (!with_defaults.contains(key) || with_defaults[key].is_null()) with_defaults[key] = value;
+    cfg = &with_defaults;
   }
   if (type.empty())
     throw Error("config.json has neither \"model_type\" nor a known \"architectures\" entry: add \"model_type\"");
@@ -974,7 +1228,6 @@ ModelSpec parse_model_config(const json& config, const std::string& head) {
 
   Builder b(*cfg, "config.json (" + type + ")");
   b.m.model_type = type;
-  b.m.notes = notes;
   if (type == "bert") {
     std::string arch;
     auto ar = cfg->find("architectures");
@@ -989,6 +1242,7 @@ ModelSpec parse_model_config(const json& config, const std::string& head) {
   if (b.m.heads == 0 || b.m.hidden == 0 || b.m.layers == 0) throw Error("config.json describes an empty model");
   check_attention_shape(b);
   apply_family_traits(b);
+  if (!wrapper.empty()) add_vision_tower(b.m, wrapper, config);
   return b.m;
 }
 
@@ -998,6 +1252,7 @@ ParamCounts count_params(const ModelSpec& m) {
   for (const LayerGroup& g : m.groups) c.layers = add(c.layers, g.params());
   c.lm_head = m.tied_embeddings ? m.lm_head.bias_params() : m.lm_head.params();
   c.other = m.other_params;
+  c.vision = m.vision_params;
   c.total = add(add(c.embedding, c.layers), add(c.lm_head, c.other));
 
   // Active parameters per token: routed experts count top-k of `experts` copies.
@@ -1012,6 +1267,22 @@ ParamCounts count_params(const ModelSpec& m) {
   }
   c.active_per_token = active;
   return c;
+}
+
+}  // namespace memfit
+
+namespace memfit {
+
+u64 checkpoint_weight_bytes(const ModelSpec& m, u64 float_bytes) {
+  const ParamCounts c = count_params(m);
+  u64 quantized = 0, quantized_weights = 0;
+  for (const LayerGroup& g : m.groups)
+    for (const Linear& l : g.linears)
+      if (l.checkpoint_quantized) {
+        quantized = add(quantized, mul(g.count, l.weight_params()));
+        quantized_weights = add(quantized_weights, mul(g.count, bytes_of_bits(l.weight_params(), m.checkpoint_quant.bits_x1024) / 1024));
+      }
+  return add(mul(c.total - quantized, float_bytes), quantized_weights);
 }
 
 }  // namespace memfit

@@ -111,6 +111,7 @@ bool names_v4_target(const Request& r, const std::string& old) {
 
 Adapter lora_adapter(const Request& r, const LayerGroup& g, const Linear& l) {
   const ModelSpec& m = r.model;
+  if (!l.peft_module) return Adapter::None;  // no target can wrap a custom (non-Linear) module
   if (!g.moe && !peft_converts_moe(m)) return lora_targets(r, l.name) ? Adapter::Module : Adapter::None;
   if (!peft_converts_moe(m)) {
     // fused experts and the router are no nn.Linear: untouched (Qwen2-MoE: the shared expert and its

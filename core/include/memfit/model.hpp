@@ -38,6 +38,8 @@ struct Linear {
   TpSplit split = TpSplit::Replicated;
   bool routed = false;    ///< a routed expert: only `experts_per_token / experts` of tokens pass it
   LinearInput input = LinearInput::AttnIn;
+  bool checkpoint_quantized = false;  ///< stored in the checkpoint's quantized format (ModelSpec::checkpoint_quant)
+  bool peft_module = true;  ///< an nn.Linear PEFT can wrap; false for a custom module holding weight/bias (gpt-oss router)
 
   [[nodiscard]] u64 weight_params() const { return mul(in, out, copies); }
   [[nodiscard]] u64 bias_params() const { return bias ? mul(out, copies) : 0; }
@@ -51,6 +53,13 @@ enum class AttentionKind { Standard, MultiLatent };
 /// implementation runs when attn_implementation is not given (ModelSpec::default_attention).
 enum class AttentionImpl { Eager, Sdpa, FlashAttention2 };
 
+/// What one decoder layer attends to, i.e. what its KV cache must hold (serving reads it).
+enum class LayerAttention {
+  Full,           ///< every earlier token
+  SlidingWindow,  ///< the last `sliding_window` tokens (Mistral, Gemma 2/3, gpt-oss)
+  Chunked,        ///< tokens of the same `attention_chunk`-sized block (Llama 4 RoPE layers)
+};
+
 /// `count` consecutive decoder layers with the same structure.
 struct LayerGroup {
   u64 count = 0;
@@ -62,11 +71,27 @@ struct LayerGroup {
   u64 experts_per_token = 0;
   u64 shared_intermediate = 0;  ///< total width of the always-on shared expert(s), 0 if none
   u64 sliding_window = 0;   ///< 0 = full causal attention; else tokens attended in this layer
+  u64 attention_chunk = 0;  ///< chunked attention: tokens per chunk (Llama 4); 0 otherwise
+  bool rope = true;         ///< false for NoPE layers (no rotary embedding: SmolLM3, Llama 4 global layers)
   bool frozen = false;      ///< full fine-tuning with these (bottom) layers frozen: no gradients,
                             ///< and nothing below the first trained layer is saved for backward
 
   [[nodiscard]] u64 params_per_layer() const;
   [[nodiscard]] u64 params() const { return mul(count, params_per_layer()); }
+  [[nodiscard]] LayerAttention attention_kind() const {
+    if (sliding_window > 0) return LayerAttention::SlidingWindow;
+    if (attention_chunk > 0) return LayerAttention::Chunked;
+    return LayerAttention::Full;
+  }
+};
+
+/// How the checkpoint itself stores some weights (config.json `quantization_config`), as plain
+/// data for what loads the checkpoint as published (serving engines). Linears with
+/// `checkpoint_quantized` use it; every other tensor keeps the checkpoint's float dtype.
+struct CheckpointQuant {
+  std::string method;       ///< "mxfp4"; empty = not quantized (or a method memfit does not read)
+  u64 block = 0;            ///< elements sharing one scale
+  u64 bits_x1024 = 0;       ///< storage bits per weight element x1024, scales included
 };
 
 struct ModelSpec {
@@ -126,6 +151,8 @@ struct ModelSpec {
   bool tied_embeddings = false;
   u64 buffer_bytes = 0;         ///< non-parameter buffers the modules register (causal-mask and sin/cos tables)
   Linear lm_head;               ///< counted only if !tied_embeddings (its bias always)
+  u64 vision_params = 0;        ///< multimodal: vision tower + projector (also included in other_params)
+  CheckpointQuant checkpoint_quant;
   std::vector<LayerGroup> groups;
 
   /// Linear layers outside the decoder layers that LoRA "all-linear" may target (OPT project_in/out).
@@ -138,7 +165,8 @@ struct ParamCounts {
   u64 embedding = 0;            ///< token + position embeddings
   u64 layers = 0;               ///< all decoder layers
   u64 lm_head = 0;              ///< untied head weight + head bias (0 when tied and bias-free)
-  u64 other = 0;                ///< norms outside layers, poolers, projections
+  u64 other = 0;                ///< norms outside layers, poolers, projections, vision tower
+  u64 vision = 0;               ///< of `other`: the vision tower and projector of a multimodal model
   u64 active_per_token = 0;     ///< MoE: what one token passes through (speed, not memory)
 };
 
@@ -148,6 +176,10 @@ struct ParamCounts {
 [[nodiscard]] ModelSpec parse_model_config(const nlohmann::json& config, const std::string& head = "auto");
 
 [[nodiscard]] ParamCounts count_params(const ModelSpec& model);
+
+/// Bytes of the weights as the checkpoint stores them: quantized Linears (ModelSpec::checkpoint_quant)
+/// at their storage bits, everything else at `float_bytes` per parameter.
+[[nodiscard]] u64 checkpoint_weight_bytes(const ModelSpec& model, u64 float_bytes);
 
 /// The model_type values parse_model_config knows exactly (others are estimated approximately).
 [[nodiscard]] std::vector<std::string> supported_model_types();
