@@ -1,4 +1,4 @@
-// memfit's WebAssembly boundary: the six JSON functions of memfit/api.hpp, string in, string out.
+// memfit's WebAssembly boundary: the JSON functions of memfit/api.hpp, string in, string out.
 //
 // This is the only translation unit that includes <emscripten/...>. The core never throws out of
 // these functions (errors come back as {"error": "..."}); web/memfit.js parses the text and turns
@@ -14,6 +14,7 @@ namespace {
 std::string estimate(const std::string& request) { return memfit::estimate_json(request); }
 std::string plan(const std::string& request) { return memfit::plan_json(request); }
 std::string parse_config(const std::string& config) { return memfit::parse_config_json(config); }
+std::string set_library(const std::string& library) { return memfit::set_library_json(library); }
 
 }  // namespace
 
@@ -24,5 +25,6 @@ EMSCRIPTEN_BINDINGS(memfit) {
   function("parseConfigJson", &parse_config);
   function("modelsJson", &memfit::models_json);
   function("gpusJson", &memfit::gpus_json);
+  function("setLibraryJson", &set_library);
   function("defaultsJson", &memfit::defaults_json);
 }

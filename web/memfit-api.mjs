@@ -21,9 +21,21 @@ export function unwrap(text) {
 
 const asText = (x) => (typeof x === 'string' ? x : JSON.stringify(x));
 
-/** Loads the module. Every function takes an object (or JSON text) and returns a plain object. */
-export async function loadMemfit(moduleOptions = {}) {
-  const m = await createMemfit(moduleOptions);
+/** The bundled model library (library.json next to this file), fetched while the module compiles. */
+async function fetchLibrary() {
+  const response = await fetch(new URL('./library.json', import.meta.url));
+  if (!response.ok) throw new Error(`library.json: HTTP ${response.status}`);
+  return response.text();
+}
+
+/**
+ * Loads the module and hands it the model library. Every function takes an object (or JSON
+ * text) and returns a plain object. options.library: library.json's text (Node, which cannot
+ * fetch a file URL); the rest goes to the Emscripten module.
+ */
+export async function loadMemfit({ library, ...moduleOptions } = {}) {
+  const [m, libraryText] = await Promise.all([createMemfit(moduleOptions), library ?? fetchLibrary()]);
+  unwrap(m.setLibraryJson(libraryText));
   return {
     estimate: (request) => unwrap(m.estimateJson(asText(request))),
     plan: (request) => unwrap(m.planJson(asText(request))),
