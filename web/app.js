@@ -25,8 +25,8 @@ function applyTheme(query) {
 
 const LABELS = {
   task: { full: 'Full fine-tuning', lora: 'LoRA', qlora: 'QLoRA (quantized base)', inference: 'Inference (serving)' },
-  precision: { fp32: 'fp32 weights, fp32 math', amp_bf16: 'fp32 weights, bf16 math (mixed precision)',
-    amp_fp16: 'fp32 weights, fp16 math (mixed precision)', bf16: 'bf16 weights and math', fp16: 'fp16 weights and math' },
+  precision: { fp32: 'fp32', amp_bf16: 'bf16 mixed precision (fp32 weights, bf16 math)',
+    amp_fp16: 'fp16 mixed precision (fp32 weights, fp16 math)', bf16: 'bf16 (weights and math)', fp16: 'fp16 (weights and math)' },
   quant: { none: 'Unquantized', int8: '8-bit (bitsandbytes)', nf4: 'NF4 4-bit', nf4_double: 'NF4 4-bit + double quant',
     gptq_int4: 'GPTQ 4-bit', awq_int4: 'AWQ 4-bit', fp8: 'FP8 (block-scaled)' },
   optimizer: { adamw: 'AdamW', adamw_fused: 'AdamW (fused)', adamw_loop: 'AdamW (per-tensor loop)', adamw_8bit: 'AdamW 8-bit',
@@ -90,6 +90,7 @@ const gpus = new Map(init.gpus.map((g) => [g.name, g]));
 $('model-list').replaceChildren(...models.map((m) => h('option', { value: m.id }, `${m.model_type} · ${params(m.params)}`)));
 for (const [field, key] of Object.entries(OPTION_KEYS))
   $(field).replaceChildren(...init.defaults.options[key].map((v) => h('option', { value: v }, LABELS[field][v] ?? v)));
+$('precision').prepend(h('option', { value: 'auto' }, 'Automatic: what the framework loads'));
 $('gpu').replaceChildren(...init.gpus.map((g) => h('option', { value: g.name }, g.label)), h('option', { value: 'custom' }, 'Custom memory…'));
 
 const defaults = defaultState(init.defaults);
@@ -324,8 +325,26 @@ function render() {
   $('grid-card').hidden = !result.plan;
   if (result.plan) renderGrid($('grid'), result.plan, result.selected, select);
   renderDetail($('detail'), result, ctx);
+  $('precision-hint').textContent = precisionWords(result);
   $('embed-model').textContent = lastModel?.name ?? '';
   $('open-full').href = ctx.url;
+}
+
+/**
+ * What the run loads and what it trains, in words, from the request the core answered (its
+ * precision and LoRA targets resolved where the form left them automatic).
+ */
+function precisionWords(result) {
+  const r = result.estimate?.request;
+  if (!r) return '';
+  const half = { fp32: 'fp32', amp_bf16: 'fp32', amp_fp16: 'fp32', bf16: 'bf16', fp16: 'fp16' }[r.precision] ?? r.precision;
+  const math = { amp_bf16: 'bf16', amp_fp16: 'fp16' }[r.precision] ?? half;
+  const quant = r.quantization && r.quantization !== 'none' ? LABELS.quant[r.quantization] ?? r.quantization : '';
+  const auto = state.precision === 'auto' ? 'Automatic: ' : '';
+  if (r.task === 'inference') return `${auto}weights loaded in ${quant || half}; math in ${math}.`;
+  if (r.task === 'full') return `${auto}weights loaded in ${half} and all of them trained; math in ${math}.`;
+  const targets = Array.isArray(r.lora?.targets) ? r.lora.targets.join(', ') : r.lora?.targets;
+  return `${auto}base model loaded in ${quant || half} and frozen; LoRA adapters trained${targets ? ` on ${targets}` : ''}; math in ${math}.`;
 }
 
 /** The one-line answer pinned to the bottom of a phone screen while the form is in view. */
@@ -440,6 +459,7 @@ $('config-clear').addEventListener('click', () => {
   configSource = '';
   committed = true;
   writeForm(form, state);
+  $('model').value = state.model;
   syncUrl();
   schedule(0);
 });
@@ -465,6 +485,7 @@ function usePastedConfig(text, source, fileName = '') {
   configSource = source;
   state = { ...state, cfg: encodeConfig(config), sel: '', model: named || fileName || 'pasted config.json' };
   writeForm(form, state);
+  $('model').value = state.model; // even while it has the focus
   syncUrl();
   schedule(150);
 }

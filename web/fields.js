@@ -38,7 +38,6 @@ export function fieldProblems(s) {
     else if (info.positive && !(v > 0)) out[name] = { error: `${info.label} must be more than 0.` };
     else if (info.warnAbove && v > info.warnAbove[0]) out[name] = { warning: `${fmt(v)} is ${info.warnAbove[1]}: check for a typo.` };
   }
-  if (applies('targets', s) && !s.targets.trim()) out.targets = { error: 'Target modules: name at least one (e.g. q_proj,v_proj), or all-linear.' };
   return out;
 }
 

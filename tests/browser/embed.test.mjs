@@ -44,9 +44,9 @@ async function hostPage(hostBase, file) {
   return { ...env, page, frame, errors };
 }
 
-async function waitForFrame(page) {
+async function waitForFrame(page, re = /embed=1/) {
   for (let i = 0; i < 200; i++) {
-    const frame = page.frames().find((f) => f.url().includes('embed=1'));
+    const frame = page.frames().find((f) => re.test(f.url()));
     if (frame) return frame;
     await page.waitForTimeout(50);
   }
@@ -101,10 +101,13 @@ for (const [kind, hostBaseOf] of [['cross-origin', 0], ['cross-site', 1]]) {
       const f = document.querySelector('memfit-calculator').shadowRoot.querySelector('iframe');
       return Math.abs(f.getBoundingClientRect().height - before) > 1;
     }, outer);
+    await screenshot(page, `embed-element-${kind}`);
     // attributes drive the setup
     await page.evaluate(() => document.querySelector('memfit-calculator').setAttribute('task', 'lora'));
     await page.waitForFunction(() => [...document.querySelector('memfit-calculator').shadowRoot.querySelector('iframe').src.matchAll(/task=lora/g)].length === 1);
-    await screenshot(page, `embed-element-${kind}`);
+    const reloaded = await waitForFrame(page, /task=lora/);
+    await reloaded.waitForSelector('body[data-ready="true"]');
+    assert.equal(await reloaded.inputValue('#task'), 'lora');
     assert.deepEqual(errors, []);
     await context.close();
   });

@@ -123,7 +123,7 @@ test('an invalid field: the message sits next to it in the form\'s words, the la
   assert.equal(await page.locator('#seq[aria-invalid]').count(), 0);
   // a limit only the core knows: its message, in the label's words, next to the field
   await page.fill('#seq', '99999999999');
-  await waitText(page, '#msg-seq', /Sequence length must be a whole number from 1 to 1,073,741,824 \(not 99999999999\)/);
+  await waitText(page, '#msg-seq', /Sequence length must be a whole number from 1 to 1,073,741,824 \(not 99,999,999,999\)/);
   await page.fill('#seq', '2048');
   // absurd but valid values: a warning, and a result
   const before = await computed(page);
