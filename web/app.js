@@ -149,7 +149,9 @@ async function suggestFromHub(query) {
   if (state.model.trim() === query && found.length) showSuggestions(found, 'On huggingface.co:');
 }
 
+let waitingForCommit = false;
 async function resolveModel(s) {
+  waitingForCommit = false;
   if (s.cfg) {
     let config;
     try {
@@ -174,7 +176,7 @@ async function resolveModel(s) {
   const id = hub.parseModelId(s.model);
   if (found.matches.length > 1) {
     showSuggestions(found.matches.slice(0, 8), `${found.matches.length} bundled models match "${typed}"${found.matches.length > 8 ? ' (the first 8)' : ''}:`);
-    if (!id || !committed) throw new PageError(`Several bundled models match "${typed}": pick one from the list under the field.`, { field: 'model' });
+    if (!id || !committed) throw new PageError(`Several bundled models match "${typed}": pick one from the list under the field.`, { field: 'model', pending: true });
   } else {
     showSuggestions([]);
   }
@@ -190,6 +192,7 @@ async function resolveModel(s) {
     syncUrl();
   }
   if (!committed) {
+    waitingForCommit = true;
     throw new PageError(`${id} is not bundled: press Enter to load it from huggingface.co.`, { field: 'model', pending: true });
   }
   setStatus(`Fetching ${id} from huggingface.co…`, 'busy');
@@ -270,6 +273,11 @@ function modelFailed(e) {
   const network = e instanceof hub.HubError && e.kind === 'network';
   if (network && embed) message = `huggingface.co is unreachable, and ${state.model} is not bundled. Open in memfit ↗ to paste its config.json.`;
   setStatus(message, e.pending ? 'hint' : 'error');
+  if (e.pending) { // waiting for the user, not a failure: the last result stays, marked stale
+    $('error').hidden = true;
+    $('results').classList.toggle('stale', !!lastResult);
+    return;
+  }
   if (e instanceof hub.HubError && e.kind === 'gated') $('token-box').open = true;
   if (network) $('config-box').open = true; // the way on is to paste or upload the config
   showError(network && !embed
@@ -326,6 +334,7 @@ function render() {
   if (result.plan) renderGrid($('grid'), result.plan, result.selected, select);
   renderDetail($('detail'), result, ctx);
   $('precision-hint').textContent = precisionWords(result);
+  updateSummary(null);
   $('embed-model').textContent = lastModel?.name ?? '';
   $('open-full').href = ctx.url;
 }
@@ -341,7 +350,7 @@ function precisionWords(result) {
   const math = { amp_bf16: 'bf16', amp_fp16: 'fp16' }[r.precision] ?? half;
   const quant = r.quantization && r.quantization !== 'none' ? LABELS.quant[r.quantization] ?? r.quantization : '';
   const auto = state.precision === 'auto' ? 'Automatic: ' : '';
-  if (r.task === 'inference') return `${auto}weights loaded in ${quant || half}; math in ${math}.`;
+  if (r.task === 'inference') return `${auto}weights loaded in ${quant || math}; math in ${math}.`; // serving has no fp32 master copy
   if (r.task === 'full') return `${auto}weights loaded in ${half} and all of them trained; math in ${math}.`;
   const targets = Array.isArray(r.lora?.targets) ? r.lora.targets.join(', ') : r.lora?.targets;
   return `${auto}base model loaded in ${quant || half} and frozen; LoRA adapters trained${targets ? ` on ${targets}` : ''}; math in ${math}.`;
@@ -413,7 +422,7 @@ $('model').addEventListener('blur', () => writeForm(form, state));
 function commitModel() {
   if (committed) return;
   committed = true;
-  schedule(0);
+  if (waitingForCommit) schedule(0); // only an id that waits for the Hub needs a new run
 }
 $('model').addEventListener('change', commitModel);
 $('model').addEventListener('keydown', (e) => e.key === 'Enter' && commitModel());

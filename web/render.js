@@ -153,8 +153,8 @@ export function renderGrid(table, plan, selected, onSelect) {
   };
 }
 
-/** Layout names that wrap at their parts (" + ", " x ") rather than inside a word. */
-const layoutName = (label) => label.split(/(?= \+ | x )/).map((part) => h('span', { class: 'part' }, part));
+/** Layout names that wrap between words but never inside a degree ("tp 2" stays whole). */
+const layoutName = (label) => label.replace(/\b(tp|dp|pp) (\d+)/g, '$1\u00a0$2');
 
 const COLORS = {
   weights: '--c1', master_weights: '--c2', gradients: '--c3', optimizer_states: '--c4', paged_optimizer_states: '--c4',

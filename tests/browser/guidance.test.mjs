@@ -53,6 +53,7 @@ test('model search forgives case, spaces, hyphens and a missing org; several mat
   const offered = await page.locator('#model-suggest button').allInnerTexts();
   assert.ok(offered.length >= 2 && offered.every((id) => /mixtral/i.test(id)), offered.join());
   assert.ok(await page.locator('#recommendation').isVisible(), 'the last result stays while choosing');
+  assert.ok(await page.locator('#error').isHidden(), 'choosing is not an error');
   await screenshot(page, 'search-mixtral');
   const before = await computed(page);
   await page.locator('#model-suggest button').first().click();
@@ -98,7 +99,9 @@ test('Hub unreachable: the paste box opens, and the model field follows a pasted
     await waitText(page, '#model-status', /Could not reach/);
     assert.equal(await page.inputValue('#model'), 'allenai/OLMo-2-1124-7B');
     // the upload label shows keyboard focus
-    await page.locator('#config-file').focus();
+    await page.locator('#config-text').focus();
+    await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate(() => document.activeElement.id), 'config-file');
     const outline = await page.evaluate(() => getComputedStyle(document.querySelector('label[for="config-file"]')).outlineStyle);
     assert.equal(outline, 'solid');
     await context.close();

@@ -83,7 +83,7 @@ export async function openPage(context, url) {
   page.on('pageerror', (e) => errors.push(e.message));
   page.on('console', (m) => m.type() === 'error' && !/Failed to load resource/.test(m.text()) && errors.push(m.text()));
   await page.goto(url);
-  await page.waitForSelector('body[data-ready="true"], #model-status.error', { timeout: 20000 });
+  await page.waitForSelector('body[data-ready="true"], #model-status.error, #error:not([hidden])', { timeout: 20000 });
   return { page, errors };
 }
 
