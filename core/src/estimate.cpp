@@ -117,7 +117,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
     // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
     // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
-    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != "torchtune";
+    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
     u64 down_grad = 0;
     if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen && !post_ff_norm &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
@@ -208,7 +208,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
   // layers.0's backward; bf16 gc: 262,400 B).
-  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != "torchtune";
+  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
   const u64 head_grad = scale(fsdp2_root ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
   if (role.head) {
     Moment p{"backward", {}};

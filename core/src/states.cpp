@@ -30,7 +30,8 @@ namespace {
 /// (e4m3, as DeepSeek-V3 ships): 8-bit values and an fp32 scale per 128 x 128 block.
 u64 quantized_bits_x1024(Quantization q) {
   switch (q) {
-    case Quantization::Nf4: return 4 * 1024 + 512;
+    case Quantization::Nf4:
+    case Quantization::Fp4: return 4 * 1024 + 512;  // bitsandbytes FP4: same codes and absmax layout as NF4
     case Quantization::Nf4Double: return 4 * 1024 + 128 + 2;
     case Quantization::Int8: return 8 * 1024;
     case Quantization::GptqInt4:
