@@ -32,7 +32,7 @@ const LABELS = {
   optimizer: { adamw: 'AdamW', adamw_fused: 'AdamW (fused)', adamw_loop: 'AdamW (per-tensor loop)', adamw_8bit: 'AdamW 8-bit',
     paged_adamw_8bit: 'Paged AdamW 8-bit', paged_adamw: 'Paged AdamW 32-bit', sgd: 'SGD', sgd_momentum: 'SGD + momentum',
     adafactor: 'Adafactor', lion: 'Lion' },
-  attn: { eager: 'Eager', sdpa: 'SDPA', flash_attention_2: 'FlashAttention-2' },
+  attn: { auto: 'Automatic (what the framework picks)', eager: 'Eager', sdpa: 'SDPA', flash_attention_2: 'FlashAttention-2' },
   kv: {},
 };
 const OPTION_KEYS = { task: 'task', precision: 'precision', quant: 'quantization', optimizer: 'optimizer', attn: 'attention', kv: 'inference.kv_cache_dtype' };
@@ -332,6 +332,9 @@ function render() {
   renderRecommendation(reco, result, ctx, applyPatch);
   $('grid-card').hidden = !result.plan;
   if (result.plan) renderGrid($('grid'), result.plan, result.selected, select);
+  const skipped = result.plan?.skipped ?? [];
+  $('skipped').hidden = !skipped.length;
+  $('skipped').textContent = skipped.length ? `Not possible for this model: ${skipped.map((s) => `${s.label} (${s.error})`).join('; ')}.` : '';
   renderDetail($('detail'), result, ctx);
   $('precision-hint').textContent = precisionWords(result);
   updateSummary(null);

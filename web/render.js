@@ -124,8 +124,11 @@ export function renderGrid(table, plan, selected, onSelect) {
     }),
     h('td', { class: 'num' }, c.max_micro_batch ? String(c.max_micro_batch) : '–'),
     h('td', { class: 'num' }, c.fits ? num(c.tokens_per_s) : '–')));
-  table.replaceChildren(h('caption', { class: 'visually-hidden' }, 'GiB per GPU for each layout (rows) and micro-batch (columns)'),
-    h('thead', {}, head), h('tbody', {}, rows));
+  // The embed shows the first 6 rows (style.css): say how many more the full calculator has.
+  const more = rows.length > 6 ? h('tfoot', { class: 'more' }, h('tr', {}, h('td', { colspan: String(cols.length + 3) },
+    `+ ${rows.length - 6} more layouts in the full calculator (Open in memfit ↗)`))) : null;
+  table.replaceChildren(...[h('caption', { class: 'visually-hidden' }, 'GiB per GPU for each layout (rows) and micro-batch (columns)'),
+    h('thead', {}, head), h('tbody', {}, rows), more].filter(Boolean));
   const cells = [...table.querySelectorAll('td.cell')];
   const focusable = cells.find((c) => c.classList.contains('selected')) ?? cells[0];
   if (focusable) focusable.tabIndex = 0;
