@@ -135,6 +135,7 @@ TEST_CASE("an unknown model_type with standard fields is estimated and flagged a
   CHECK(m.approximate);
   REQUIRE_FALSE(m.notes.empty());
   CHECK_THAT(m.notes.front(), Catch::Matchers::Contains("approximate"));
+  CHECK_THAT(m.notes.front(), Catch::Matchers::Contains("family_traits.cpp"));  // says what to do
 }
 
 TEST_CASE("absurd sizes give a clear error or an exact huge count, never a wrapped number", "[model][hostile]") {
@@ -159,4 +160,44 @@ TEST_CASE("multimodal configs are sized through their text_config", "[model]") {
   CHECK(m.model_type == "gemma3_text");
   REQUIRE_FALSE(m.notes.empty());
   CHECK_THAT(m.notes.front(), Catch::Matchers::Contains("vision tower"));
+}
+
+TEST_CASE("family traits: attention kernels, PEFT targets and config-driven flags come from the table", "[model][traits]") {
+  const ModelSpec bloom = parse_model_config(read_json(configs() / "bigscience--bloom-560m.json"));
+  CHECK_FALSE(bloom.supports_sdpa);
+  CHECK(bloom.default_attention == AttentionImpl::Eager);
+  CHECK(bloom.peft_lora_targets == std::vector<std::string>{"query_key_value"});
+  const ModelSpec gpt2 = parse_model_config(read_json(configs() / "openai-community--gpt2.json"));
+  CHECK(gpt2.supports_sdpa);
+  CHECK(gpt2.default_attention == AttentionImpl::Sdpa);
+  CHECK(gpt2.peft_lora_targets == std::vector<std::string>{"c_attn"});
+  // DeepSeek-V2-Lite's file says norm_topk_prob: false; an edited copy says true.
+  json ds = read_json(configs() / "deepseek-ai--DeepSeek-V2-Lite.json");
+  CHECK_FALSE(parse_model_config(ds).norm_topk_prob);
+  ds["norm_topk_prob"] = true;
+  CHECK(parse_model_config(ds).norm_topk_prob);
+  CHECK(parse_model_config(ds).peft_lora_targets.empty());  // PEFT has no deepseek_v2 entry
+  // remote code: InternLM2 runs what its config's attn_implementation names
+  json il = {{"model_type", "internlm2"}, {"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+             {"num_key_value_heads", 2}, {"intermediate_size", 128}, {"vocab_size", 100}};
+  CHECK(parse_model_config(il).default_attention == AttentionImpl::Eager);
+  il["attn_implementation"] = "flash_attention_2";
+  CHECK(parse_model_config(il).default_attention == AttentionImpl::FlashAttention2);
+}
+
+TEST_CASE("configs Transformers rejects at the first forward are errors with the reason", "[model][errors]") {
+  const json llama = {{"model_type", "llama"}, {"hidden_size", 160}, {"num_hidden_layers", 2}, {"num_attention_heads", 10},
+                      {"num_key_value_heads", 8}, {"intermediate_size", 256}, {"vocab_size", 100}};
+  CHECK_THROWS_WITH(parse_model_config(llama), Catch::Matchers::Contains("10 attention heads do not split into 8"));
+  json odd = llama;
+  odd["num_key_value_heads"] = 5;
+  odd["hidden_size"] = 100;  // 100 / 10 heads = 10: fine
+  CHECK_NOTHROW(parse_model_config(odd));
+  odd["num_attention_heads"] = 15;  // 100 / 15: not whole, no head_dim
+  odd["num_key_value_heads"] = 5;
+  CHECK_THROWS_WITH(parse_model_config(odd), Catch::Matchers::Contains("not divisible by 15"));
+  odd["head_dim"] = 8;  // an explicit head_dim is what Gemma/Qwen3 configs do
+  CHECK_NOTHROW(parse_model_config(odd));
+  const json gpt2 = {{"model_type", "gpt2"}, {"n_embd", 100}, {"n_layer", 2}, {"n_head", 3}, {"vocab_size", 100}, {"n_positions", 32}};
+  CHECK_THROWS_WITH(parse_model_config(gpt2), Catch::Matchers::Contains("not divisible by 3"));
 }

@@ -1,4 +1,5 @@
 // The request schema: defaults, every enumerated field, and errors that name what to fix.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -167,4 +168,95 @@ TEST_CASE("issue 8 schema: framework, its version, lora.dropout, prepare_kbit, f
   bad = base();
   bad["attention"] = "flash";
   CHECK_THAT(error_of(bad), Catch::Matchers::Contains("\"auto\", \"eager\""));
+}
+
+TEST_CASE("attention auto resolves to what the model runs; a kernel it lacks is an error naming the one that runs",
+          "[request][attention]") {
+  json j = {{"model", {{"id", "bigscience/bloom-560m"}}}, {"micro_batch_size", 4}, {"sequence_length", 2048}};
+  CHECK(request_from_json(j).attention == AttentionImpl::Eager);
+  CHECK(request_to_json(request_from_json(j))["attention"] == "eager");  // the normalised request says so
+  j["attention"] = "auto";
+  CHECK(request_from_json(j).attention == AttentionImpl::Eager);
+  j["attention"] = "sdpa";
+  CHECK_THAT(error_of(j), Catch::Matchers::Contains("it runs \"eager\""));
+  for (const char* id : {"google/gemma-2-2b", "EleutherAI/gpt-j-6b"}) {
+    json k = {{"model", {{"id", id}}}, {"attention", "sdpa"}};
+    CHECK_THAT(error_of(k), Catch::Matchers::Contains("cannot run"));
+    k["attention"] = "flash_attention_2";  // both have a FlashAttention-2 path
+    CHECK(error_of(k).empty());
+  }
+  json llama = base();
+  CHECK(request_from_json(llama).attention == AttentionImpl::Sdpa);
+  // torchtune runs its own model code (SDPA), whatever the Transformers family flags say
+  j.erase("attention");
+  j["runtime"] = {{"framework", "torchtune"}};
+  CHECK(request_from_json(j).attention == AttentionImpl::Sdpa);
+}
+
+TEST_CASE("LoRA targets default to the framework's choice for the architecture", "[request][lora]") {
+  json j = {{"model", {{"id", "openai-community/gpt2"}}}, {"task", "lora"}, {"sequence_length", 1024}};
+  Request r = request_from_json(j);
+  CHECK(r.lora.targets == std::vector<std::string>{"c_attn"});  // PEFT's mapping for gpt2
+  CHECK_FALSE(json::parse(estimate_json(j.dump())).contains("error"));
+  j["runtime"] = {{"framework", "llamafactory"}};
+  CHECK(request_from_json(j).lora.all_linear);  // lora_target: all
+  json q = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "lora"}, {"runtime", {{"framework", "torchtune"}}}};
+  CHECK(request_from_json(q).lora.targets ==
+        std::vector<std::string>{"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"});
+  json moe = {{"model", {{"id", "Qwen/Qwen2-57B-A14B"}}}, {"task", "lora"}};
+  r = request_from_json(moe);
+  CHECK(r.lora.all_linear);  // PEFT has no qwen2_moe entry: all-linear, with a note that says so
+  CHECK(std::any_of(r.warnings.begin(), r.warnings.end(),
+                    [](const std::string& w) { return w.find("PEFT has no default") != std::string::npos; }));
+  json given = q;
+  given["lora"] = {{"targets", {"q_proj"}}};
+  CHECK(request_from_json(given).lora.targets == std::vector<std::string>{"q_proj"});  // overridable
+}
+
+TEST_CASE("hardware limits: FlashAttention-2 needs Ampere+ CUDA; bf16 without native support is a note",
+          "[request][gpu]") {
+  json j = base();
+  j["attention"] = "flash_attention_2";
+  j["device"] = "cpu";
+  CHECK_THAT(error_of(j), Catch::Matchers::Contains("CUDA GPUs only"));
+  j["device"] = "cuda";
+  j["gpu"] = {{"name", "V100-32GB"}};
+  CHECK_THAT(error_of(j), Catch::Matchers::Contains("Ampere"));
+  j["attention"] = "sdpa";
+  j["precision"] = "bf16";
+  const Request r = request_from_json(j);
+  CHECK_THAT(r.warnings.back(), Catch::Matchers::Contains("no native bf16"));
+}
+
+TEST_CASE("a context longer than the model's positions: an error for learned positions, a note for RoPE",
+          "[request]") {
+  json j = {{"model", {{"id", "openai-community/gpt2"}}}};
+  CHECK(request_from_json(j).sequence_length == 1024);  // the default 2048 is clamped to n_positions
+  j["sequence_length"] = 2048;
+  CHECK_THAT(error_of(j), Catch::Matchers::Contains("at most 1024"));
+  json l = base();
+  l["sequence_length"] = 8192;  // Llama-2: 4096 positions, rotary
+  CHECK_THAT(request_from_json(l).warnings.back(), Catch::Matchers::Contains("max_position_embeddings"));
+}
+
+TEST_CASE("LoRA/QLoRA precision follows what the framework loads; prepare_kbit for QLoRA", "[request][precision]") {
+  json j = base();  // Llama-2-7b: torch_dtype float16
+  j["task"] = "lora";
+  CHECK(request_from_json(j).precision == Precision::Fp16);  // Transformers 5 loads the checkpoint dtype
+  j["runtime"] = {{"framework", "trl"}};
+  CHECK(request_from_json(j).precision == Precision::AmpBf16);  // TRL loads a model id in fp32, bf16=True
+  j["runtime"] = {{"framework", "torchtune"}};
+  CHECK(request_from_json(j).precision == Precision::Bf16);
+  j["precision"] = "fp32";
+  CHECK(request_from_json(j).precision == Precision::Fp32);  // overridable
+  json q = base();
+  q["task"] = "qlora";
+  Request r = request_from_json(q);
+  CHECK(r.runtime.prepare_kbit);
+  CHECK(r.gradient_checkpointing);  // prepare_model_for_kbit_training(use_gradient_checkpointing=True)
+  q["quantization"] = "gptq_int4";
+  q["task"] = "lora";
+  r = request_from_json(q);
+  CHECK(r.task == Task::Qlora);  // LoRA over a GPTQ base: PEFT trains it
+  CHECK_FALSE(r.runtime.prepare_kbit);  // no bitsandbytes layers to prepare
 }

@@ -370,7 +370,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     //  - PEFT (0.21) adapts fused experts by parametrisation: the merged weight W + B@A of each
     //    fused tensor is a non-leaf that grouped_mm keeps, p x E x in x out per layer.
     const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
-    const bool renorm = m.family != "qwen2_moe";  // norm_topk_prob defaults (Qwen2-MoE: false)
+    const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
     keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
     per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
     bool experts_trained = full;

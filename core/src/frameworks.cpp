@@ -5,6 +5,7 @@
 // says so in its notes.
 #include "frameworks.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iterator>
 
@@ -24,7 +25,7 @@ constexpr FrameworkTraits kFrameworks[] = {
     // lora_dropout=0.0 and target_modules=None -> its per-model_type mapping; the LM loss
     // upcasts the full logits to fp32 (ForCausalLMLoss).
     {Framework::Transformers, "transformers", "5.0", "5.23", 0.0, LT::PeftMapping,
-     LD::Fp32Bf16Autocast, LD::Checkpoint, false, true, false, LossKind::Plain, 0, 0, false, true,
+     LD::Fp32Bf16Autocast, LD::Checkpoint, false, true, false, LossKind::Plain, 0, 0, false, false, true,
      "torch.cuda.max_memory_allocated() if the user prints it (the Trainer prints none)",
      "transformers modeling_utils (dtype='auto'), training_args.py; peft tuners_utils._prepare_adapter_config"},
     // TRL 1.0 SFTTrainer: the model id is loaded in float32 (model_init_kwargs), SFTConfig sets
@@ -32,18 +33,18 @@ constexpr FrameworkTraits kFrameworks[] = {
     // dropout 0.05, targets None (PEFT mapping). Entropy and mean_token_accuracy are computed
     // from the [b, s, V] logits after the loss, so the logits live until the step ends.
     {Framework::Trl, "trl", "1.0", "1.0", 0.05, LT::PeftMapping,
-     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::Plain, 0, 0, true, true,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::Plain, 0, 0, true, false, false,
      "none printed", "trl trainer/sft_config.py, trainer/model_config.py, trainer/sft_trainer.py (compute_loss metrics)"},
     // TRL 1.16: add_fused_lm_head(outputs=("log_probs", "entropy", "is_top1")) computes the
     // loss and both metrics in chunks without materialising the full logits.
     {Framework::Trl, "trl", "1.16", "1.16", 0.05, LT::PeftMapping,
-     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, true,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, false, false,
      "none printed", "trl 1.16 trainer/sft_trainer.py (add_fused_lm_head), trainer/utils.py"},
     // torchtune 0.6 recipes: dtype bf16, CEWithChunkedOutputLoss (8 chunks), LoRA on
     // q/v/output_proj + MLP in the shipped *_lora configs, lora_dropout 0.0 (model builders),
     // adapters in the model dtype.
     {Framework::Torchtune, "torchtune", "0.1", "0.6.1", 0.0, LT::AttentionOutMlp,
-     LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true,
+     LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true, false,
      "log_memory_stats: torch.cuda.max_memory_allocated / reserved of the step",
      "torchtune models/llama3/_model_builders.py, modules/loss/ce_chunked_output_loss.py, recipes/configs/*_lora*.yaml"},
     // LitGPT finetune/lora.py: lora_r 8, alpha 16, dropout 0.05, query+value only; precision
@@ -52,28 +53,28 @@ constexpr FrameworkTraits kFrameworks[] = {
     // "Memory used" is max_memory_allocated after training, so it includes the final
     // validation and the sample generation.
     {Framework::Litgpt, "litgpt", "0.4", "0.5", 0.05, LT::QueryValue,
-     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedOutput, 0, 128, false, false,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedOutput, 0, 128, false, true, false,
      "torch.cuda.max_memory_allocated() at the end: includes validation and generation",
      "litgpt finetune/lora.py, finetune/full.py, utils.py (chunked_cross_entropy)"},
     // Axolotl: model loaded in bf16 when bf16 is on (its examples set bf16: auto), Trainer
     // underneath; PEFT targets from lora_target_modules / lora_target_linear, dropout 0.0
     // when unset; QLoRA through prepare_model_for_kbit_training.
     {Framework::Axolotl, "axolotl", "0.5", "0.9", 0.0, LT::PeftMapping,
-     LD::Bf16, LD::Bf16, false, true, false, LossKind::Plain, 0, 0, false, false,
+     LD::Bf16, LD::Bf16, false, true, false, LossKind::Plain, 0, 0, false, false, false,
      "none printed by default", "axolotl utils/schemas/peft.py, loaders/model.py"},
     // LLaMA-Factory: LoRA lora_target "all" (all linear), lora_dropout 0.0, model in the
     // compute dtype (bf16); full fine-tuning upcasts the trainable parameters to fp32.
     {Framework::LlamaFactory, "llamafactory", "0.8", "0.9", 0.0, LT::AllLinear,
-     LD::Fp32Bf16Autocast, LD::Bf16, false, true, false, LossKind::Plain, 0, 0, false, false,
+     LD::Fp32Bf16Autocast, LD::Bf16, false, true, false, LossKind::Plain, 0, 0, false, false, false,
      "none printed", "llamafactory hparams/finetuning_args.py, model/adapter.py"},
     // ms-swift: target_modules all-linear, lora_dropout 0.05, torch_dtype from the checkpoint.
     {Framework::Swift, "swift", "3.0", "3.x", 0.05, LT::AllLinear,
-     LD::Checkpoint, LD::Checkpoint, false, true, false, LossKind::Plain, 0, 0, false, false,
+     LD::Checkpoint, LD::Checkpoint, false, true, false, LossKind::Plain, 0, 0, false, false, false,
      "none printed", "swift arguments/tuner_args.py (documented defaults)"},
     // Unsloth FastLanguageModel.get_peft_model: q/k/v/o/gate/up/down, lora_dropout 0,
     // bf16 weights; its offloaded "unsloth" checkpointing and fused kernels are not modelled.
     {Framework::Unsloth, "unsloth", "2024.1", "2025.x", 0.0, LT::AttentionAndMlp,
-     LD::Bf16, LD::Bf16, false, true, true, LossKind::FusedLinear, 0, 0, false, false,
+     LD::Bf16, LD::Bf16, false, true, true, LossKind::FusedLinear, 0, 0, false, true, false,
      "none printed", "unsloth models/llama.py get_peft_model (documented defaults)"},
 };
 // clang-format on
@@ -103,7 +104,110 @@ bool plausible_version(const std::string& v) {
   return true;
 }
 
+Precision load_precision(LoadDtype load, const ModelSpec& m) {
+  switch (load) {
+    case LoadDtype::Fp32Bf16Autocast: return Precision::AmpBf16;
+    case LoadDtype::Bf16: return Precision::Bf16;
+    case LoadDtype::Checkpoint:
+      if (m.checkpoint_dtype == "bfloat16") return Precision::Bf16;
+      if (m.checkpoint_dtype == "float16") return Precision::Fp16;
+      return Precision::Fp32;  // "float32", or no dtype in the config: from_pretrained loads fp32
+  }
+  return Precision::AmpBf16;
+}
+
+const char* kernel_name(AttentionImpl a) { return to_string(a); }
+
+/// The kernel that runs when none is named, and an Error for a named one the model lacks.
+void resolve_attention(Request& r, const GivenFields& given, const FrameworkTraits& fw) {
+  const ModelSpec& m = r.model;
+  if (fw.own_model_code) {
+    if (!given.attention) r.attention = AttentionImpl::Sdpa;  // torchtune / LitGPT call F.scaled_dot_product_attention
+    return;
+  }
+  if (!given.attention) {
+    r.attention = m.default_attention;
+    return;
+  }
+  const bool runs = r.attention == AttentionImpl::Eager       ? !m.remote_code || m.default_attention == AttentionImpl::Eager
+                    : r.attention == AttentionImpl::Sdpa      ? m.supports_sdpa
+                                                              : m.supports_flash_attention_2;
+  if (runs) return;
+  const std::string why = m.remote_code ? "its remote modeling code picks the kernel itself"
+                                        : "Transformers 5.23 has no such path for it";
+  throw Error(std::string("attention \"") + kernel_name(r.attention) + "\" cannot run for model_type \"" + m.model_type +
+              "\" (" + why + "): it runs \"" + kernel_name(m.default_attention) + "\"; set attention to \"" +
+              kernel_name(m.default_attention) + "\" or \"auto\"");
+}
+
+/// LoRA targets the framework picks when the request names none.
+void resolve_lora_targets(Request& r, const FrameworkTraits& fw) {
+  const ModelSpec& m = r.model;
+  auto has_linear = [&](const char* name) {
+    for (const LayerGroup& g : m.groups)
+      for (const Linear& l : g.linears)
+        if (l.name == name) return true;
+    return false;
+  };
+  r.lora.all_linear = false;
+  switch (fw.lora_targets) {
+    case LoraTargetsDefault::AllLinear: r.lora.all_linear = true; r.lora.targets.clear(); return;
+    case LoraTargetsDefault::AttentionAndMlp:
+      r.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+      break;
+    case LoraTargetsDefault::AttentionOutMlp:
+      r.lora.targets = {"q_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+      break;
+    case LoraTargetsDefault::QueryValue: r.lora.targets = {"q_proj", "v_proj"}; break;
+    case LoraTargetsDefault::PeftMapping: r.lora.targets = m.peft_lora_targets; break;
+  }
+  if (fw.lora_targets != LoraTargetsDefault::PeftMapping && has_linear("q_proj")) return;
+  // PEFT's mapping (and the fallback for models without q_proj-style names).
+  r.lora.targets = m.peft_lora_targets;
+  if (!r.lora.targets.empty()) return;
+  r.lora.all_linear = true;
+  r.warnings.push_back("PEFT has no default LoRA target_modules for model_type \"" + m.model_type +
+                       "\" (LoraConfig then raises): estimated for \"all-linear\"; set lora.targets to what you pass");
+}
+
+/// The precision the framework loads and trains in when the request names none.
+void resolve_precision(Request& r, const FrameworkTraits& fw) {
+  if (r.task == Task::Inference) return;
+  const bool lora = r.task == Task::Lora || r.task == Task::Qlora;
+  r.precision = load_precision(lora ? fw.lora_load : fw.full_load, r.model);
+  r.warnings.push_back(std::string("precision \"") + to_string(r.precision) + "\": what " + fw.name + " " +
+                       fw.modelled_version + " loads by default for " + (lora ? "LoRA/QLoRA" : "full fine-tuning") +
+                       (lora && !fw.adapters_in_model_dtype ? " (fp32 adapters)" : "") + "; set precision to override");
+}
+
+bool bitsandbytes(Quantization q) {
+  return q == Quantization::Nf4 || q == Quantization::Nf4Double || q == Quantization::Fp4 || q == Quantization::Int8;
+}
+
 }  // namespace
+
+void apply_framework_defaults(Request& r, const GivenFields& given) {
+  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
+  if (r.runtime.framework_version.empty()) r.runtime.framework_version = fw.modelled_version;
+  const bool lora = r.task == Task::Lora || r.task == Task::Qlora;
+  if (!given.lora_dropout) r.lora.dropout = fw.lora_dropout;
+  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 0)
+    r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
+  if (!given.precision) resolve_precision(r, fw);
+  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 2 && r.precision == Precision::Fp32) r.lora.adapter_bytes = 4;
+  if (lora && !given.lora_targets) resolve_lora_targets(r, fw);
+  resolve_attention(r, given, fw);
+  if (!given.prepare_kbit) r.runtime.prepare_kbit = r.task == Task::Qlora && fw.prepare_kbit && bitsandbytes(r.quantization);
+  // prepare_model_for_kbit_training(use_gradient_checkpointing=True) switches checkpointing on;
+  // TRL's SFTConfig defaults to gradient_checkpointing=True.
+  if (!given.gradient_checkpointing && r.task != Task::Inference)
+    r.gradient_checkpointing = fw.gradient_checkpointing || (r.task == Task::Qlora && r.runtime.prepare_kbit);
+  if (!given.loss_chunks && fw.loss == LossKind::ChunkedOutput && r.task != Task::Inference)
+    r.runtime.loss_chunks = fw.loss_chunks ? fw.loss_chunks : std::max<u64>(1, div_ceil(r.sequence_length, fw.loss_chunk_tokens));
+  if (!fw.measured_on_cpu)
+    r.warnings.push_back(std::string(fw.name) + ": its defaults are read from its source (" + fw.source +
+                         "); memfit's CPU validator does not run its own training step, so its figures are not measured");
+}
 
 const FrameworkTraits& framework_traits(Framework f, const std::string& version) {
   const FrameworkTraits* found = nullptr;

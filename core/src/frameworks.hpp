@@ -52,6 +52,7 @@ struct FrameworkTraits {
   u64 loss_chunks;                ///< ChunkedOutput: a fixed number of chunks (0: see chunk_tokens)
   u64 loss_chunk_tokens;          ///< ChunkedOutput: chunks of this many tokens (LitGPT: 128)
   bool logits_metrics;            ///< [b, s, V] logits stay alive after the loss for metrics (TRL 1.0)
+  bool own_model_code;            ///< runs its own model implementation (Transformers' kernel flags do not apply)
   bool measured_on_cpu;           ///< its own training step runs in memfit's CPU validator
   const char* memory_report;      ///< what the framework's own printed memory figure covers
   const char* source;             ///< where the row's facts were read
@@ -60,6 +61,21 @@ struct FrameworkTraits {
 /// The row for a framework at a version ("" = the newest row). Throws Error for a version
 /// older than the first row (named in the message).
 [[nodiscard]] const FrameworkTraits& framework_traits(Framework f, const std::string& version);
+
+/// Which request fields the user gave (the others take the framework's defaults).
+struct GivenFields {
+  bool precision = false;
+  bool attention = false;
+  bool lora_targets = false;
+  bool lora_dropout = false;
+  bool prepare_kbit = false;
+  bool gradient_checkpointing = false;
+  bool loss_chunks = false;
+};
+
+/// Fills every field the user left out with what the request's framework does for that model
+/// and task, and rejects a named kernel the model cannot run. Notes what it chose in r.warnings.
+void apply_framework_defaults(Request& r, const GivenFields& given);
 
 /// The accepted request values of runtime.framework ("hf" is an alias of "transformers").
 [[nodiscard]] std::vector<std::string> framework_names();

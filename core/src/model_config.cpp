@@ -11,6 +11,7 @@
 #include <set>
 
 #include "config_reader.hpp"
+#include "family_traits.hpp"
 #include "memfit/error.hpp"
 #include "memfit/model.hpp"
 
@@ -831,7 +832,9 @@ void build_unknown(Builder& b) {
   b.m.approximate = true;
   b.m.notes.push_back("model_type \"" + b.m.model_type +
                       "\" is not one memfit models exactly: estimated as a Llama-style decoder from its standard "
-                      "fields; parameter count and activations are approximate");
+                      "fields; parameter count and activations are approximate. For an exact figure pass the "
+                      "config of a supported model_type (`memfit models`), or add the family to "
+                      "core/src/family_traits.cpp and a builder in core/src/model_config.cpp");
   const std::string type = b.m.model_type;
   b.m.model_type = "llama";
   build_llama_like(b);
@@ -887,6 +890,42 @@ std::string infer_model_type(const json& j) {
     if (it != by_arch.end()) return it->second;
   }
   return "";
+}
+
+/// What Transformers rejects at the first forward (or at construction): query heads that do
+/// not split into key/value groups (repeat_kv's num_key_value_groups), and a hidden width that
+/// does not split into heads when the config gives no head_dim (the head reshape).
+void check_attention_shape(const Builder& b) {
+  const ModelSpec& m = b.m;
+  if (m.attention != AttentionKind::Standard) return;
+  const std::string where = "config.json (" + m.model_type + "): ";
+  if (m.kv_heads == 0 || m.kv_heads > m.heads || m.heads % m.kv_heads != 0)
+    throw Error(where + std::to_string(m.heads) + " attention heads do not split into " + std::to_string(m.kv_heads) +
+                " key/value heads (Transformers needs num_attention_heads to be a multiple of num_key_value_heads): "
+                "fix num_key_value_heads");
+  if (!b.r.has({"head_dim"}) && m.hidden % m.heads != 0)
+    throw Error(where + "hidden size " + std::to_string(m.hidden) + " is not divisible by " + std::to_string(m.heads) +
+                " attention heads (Transformers reshapes the projections into heads of hidden / heads): fix the head "
+                "count or give head_dim");
+}
+
+/// Copies the model_type's row of family_traits.cpp into typed fields, with the config fields
+/// that override a family default (norm_topk_prob; a remote-code model's attn_implementation).
+void apply_family_traits(Builder& b) {
+  ModelSpec& m = b.m;
+  const FamilyTraits& f = family_traits(m.model_type);
+  m.supports_sdpa = f.sdpa;
+  m.supports_flash_attention_2 = f.flash_attention_2;
+  m.remote_code = f.remote_code;
+  m.default_attention = f.runs_by_default;
+  m.peft_lora_targets = split_targets(f.peft_lora_targets);
+  m.norm_topk_prob = b.r.flag_or({"norm_topk_prob"}, f.norm_topk_prob);
+  m.checkpoint_dtype = b.r.text_or({"dtype", "torch_dtype"}, "");
+  if (f.remote_code) {
+    const std::string chosen = b.r.text_or({"attn_implementation"}, "");
+    if (chosen == "flash_attention_2" && f.flash_attention_2) m.default_attention = AttentionImpl::FlashAttention2;
+    if (chosen == "eager") m.default_attention = AttentionImpl::Eager;
+  }
 }
 
 }  // namespace
@@ -946,6 +985,8 @@ ModelSpec parse_model_config(const json& config, const std::string& head) {
     else build_unknown(b);
   }
   if (b.m.heads == 0 || b.m.hidden == 0 || b.m.layers == 0) throw Error("config.json describes an empty model");
+  check_attention_shape(b);
+  apply_family_traits(b);
   return b.m;
 }
 

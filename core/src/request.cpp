@@ -151,6 +151,36 @@ AttentionImpl pick_attention(const json& v) {
   throw Error("request field \"attention\" must be one of " + all + "; got " + v.dump());
 }
 
+/// What the hardware cannot run: FlashAttention-2 on CPU or before Ampere (flash-attn 2 needs
+/// sm80+). Warnings: bf16 on GPUs without it (V100, T4), a context beyond the model's positions.
+void check_capabilities(Request& r) {
+  const bool bf16 = r.precision == Precision::Bf16 || r.precision == Precision::AmpBf16;
+  const GpuSpec* gpu = r.device == Device::Cuda ? find_gpu(r.gpu.name) : nullptr;
+  // PyTorch >= 2.3 emulates bf16 there (torch.cuda.is_bf16_supported(including_emulation=True),
+  // which Transformers' bf16 check calls): the run starts and the memory is as estimated.
+  if (gpu && !gpu->bf16 && bf16)
+    r.warnings.push_back(std::string("the ") + gpu->label + " has no native bf16: PyTorch emulates it (same memory, "
+                         "much slower); fp16 (\"amp_fp16\" / \"fp16\") is the usual choice on it");
+  if (r.attention == AttentionImpl::FlashAttention2) {
+    if (r.device == Device::Cpu)
+      throw Error("FlashAttention-2 runs on CUDA GPUs only: use attention \"sdpa\" or \"eager\" on the CPU");
+    if (gpu && !gpu->bf16)
+      throw Error(std::string("FlashAttention-2 needs an Ampere or newer GPU (sm80+); the ") + gpu->label +
+                  " is older: use attention \"sdpa\"");
+  }
+  const u64 context = r.task == Task::Inference ? r.inference.context_length : r.sequence_length;
+  if (r.model.max_positions == 0 || context <= r.model.max_positions) return;
+  const std::string field = r.task == Task::Inference ? "inference.context_length" : "sequence_length";
+  // Learned absolute positions (GPT-2, OPT, BLOOM-free families) index an embedding table of
+  // max_position_embeddings rows: a longer input fails at the first forward.
+  if (r.model.learned_positions)
+    throw Error(field + " " + std::to_string(context) + " exceeds the " + std::to_string(r.model.max_positions) +
+                " positions this model learned (max_position_embeddings): the first forward fails; set " + field +
+                " to at most " + std::to_string(r.model.max_positions));
+  r.warnings.push_back("context " + std::to_string(context) + " exceeds the model's max_position_embeddings (" +
+                       std::to_string(r.model.max_positions) + "): it runs, but quality degrades without RoPE scaling");
+}
+
 }  // namespace
 
 json precision_meanings() {
@@ -253,12 +283,16 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     throw Error("\"model\" needs \"id\" or \"config\"");
   }
 
+  GivenFields given;
+  given.precision = j.contains("precision");
+  given.gradient_checkpointing = j.contains("gradient_checkpointing");
+  given.attention = j.contains("attention") && !(j["attention"].is_string() && j["attention"].get<std::string>() == "auto");
+  given.lora_targets = j.contains("lora") && j["lora"].is_object() && j["lora"].contains("targets");
   if (j.contains("task")) r.task = pick(j["task"], "task", kTasks);
   if (j.contains("precision")) r.precision = pick(j["precision"], "precision", kPrecisions);
   if (j.contains("quantization")) r.quantization = pick(j["quantization"], "quantization", kQuant);
   if (j.contains("optimizer")) r.optimizer = pick(j["optimizer"], "optimizer", kOptimizers);
-  if (j.contains("attention") && !(j["attention"].is_string() && j["attention"].get<std::string>() == "auto"))
-    r.attention = pick_attention(j["attention"]);
+  if (given.attention) r.attention = pick_attention(j["attention"]);
   if (j.contains("device")) r.device = pick(j["device"], "device", kDevices);
   if (j.contains("micro_batch_size")) r.micro_batch_size = positive(j["micro_batch_size"], "micro_batch_size", kMaxBatch);
   if (j.contains("sequence_length")) r.sequence_length = positive(j["sequence_length"], "sequence_length", kMaxTokens);
@@ -274,7 +308,6 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     r.frozen_layers = static_cast<u64>(f.get<std::int64_t>());
   }
 
-  bool dropout_given = false;
   if (j.contains("lora")) {
     const json& l = j["lora"];
     if (!l.is_object()) throw Error("request field \"lora\" must be an object like {\"rank\": 16, \"targets\": [\"q_proj\"]}");
@@ -283,7 +316,7 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
       const double p = number(l["dropout"], "lora.dropout");
       if (!(p >= 0 && p < 1)) throw Error("request field \"lora.dropout\" must be a probability from 0 to below 1 (e.g. 0.05)");
       r.lora.dropout = p;
-      dropout_given = true;
+      given.lora_dropout = true;
     }
     if (l.contains("rank")) r.lora.rank = positive(l["rank"], "lora.rank", 1 << 20);
     if (l.contains("alpha")) r.lora.alpha = number(l["alpha"], "lora.alpha");
@@ -399,34 +432,35 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     r.num_gpus = mul(mul(par.dp, par.tp), mul(par.pp, par.cp));
   }
 
-  bool prepare_kbit_given = false;
-  if (j.contains("runtime")) parse_runtime(j["runtime"], r.runtime, prepare_kbit_given);
-  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
-  if (r.runtime.framework_version.empty()) r.runtime.framework_version = fw.modelled_version;
-  if (!dropout_given) r.lora.dropout = fw.lora_dropout;
+  if (j.contains("runtime")) parse_runtime(j["runtime"], r.runtime, given.prepare_kbit);
+  given.loss_chunks = j.contains("runtime") && j["runtime"].contains("loss_chunks");
 
   if (r.frozen_layers > 0) {
     if (r.task != Task::Full) throw Error("frozen_layers applies to full fine-tuning (LoRA freezes the base model already)");
     r.model.groups = freeze_bottom_layers(r.model.groups, r.frozen_layers, r.model.layers);
   }
 
-  // torchtune and LitGPT keep LoRA adapters in the model dtype (PEFT upcasts them to fp32).
-  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 0)
-    r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
-
   // Consistency between fields.
-  if (r.task == Task::Qlora && (r.quantization == Quantization::None || r.quantization == Quantization::GptqInt4 ||
-                                r.quantization == Quantization::AwqInt4 || r.quantization == Quantization::Fp8)) {
-    if (r.quantization != Quantization::None)
-      throw Error("task \"qlora\" trains over bitsandbytes weights: use quantization \"nf4\", \"nf4_double\", \"fp4\" or \"int8\"");
-    r.quantization = Quantization::Nf4;
-  }
+  // QLoRA: bitsandbytes 4/8-bit, or LoRA over a GPTQ / AWQ checkpoint (PEFT wraps their
+  // quantized Linears too). FP8 bases are for inference here.
+  if (r.task == Task::Qlora && r.quantization == Quantization::Fp8)
+    throw Error("task \"qlora\" trains LoRA over bitsandbytes, GPTQ or AWQ weights: use quantization \"nf4\", "
+                "\"nf4_double\", \"fp4\", \"int8\", \"gptq_int4\" or \"awq_int4\"");
+  if (r.task == Task::Qlora && r.quantization == Quantization::None) r.quantization = Quantization::Nf4;
   if ((r.task == Task::Full || r.task == Task::Lora) && r.quantization != Quantization::None) {
     if (r.task == Task::Full)
       throw Error("full fine-tuning cannot train quantized weights: set quantization to \"none\", or use task \"qlora\"");
     r.task = Task::Qlora;  // LoRA over quantized weights is QLoRA
   }
-  if (!prepare_kbit_given) r.runtime.prepare_kbit = r.task == Task::Qlora && fw.prepare_kbit;
+  if (!j.contains("sequence_length") && r.model.max_positions > 0 && r.sequence_length > r.model.max_positions) {
+    r.sequence_length = r.model.max_positions;  // the default 2048 is longer than the model
+    r.warnings.push_back("sequence_length " + std::to_string(r.sequence_length) + ": the model's max_position_embeddings");
+  }
+  if (r.task == Task::Inference && !(j.contains("inference") && j["inference"].contains("context_length")) &&
+      r.model.max_positions > 0 && r.inference.context_length > r.model.max_positions)
+    r.inference.context_length = r.model.max_positions;
+  apply_framework_defaults(r, given);
+  check_capabilities(r);
   return r;
 }
 

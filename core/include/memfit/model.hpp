@@ -47,6 +47,9 @@ struct Linear {
 enum class NormKind { RMSNorm, LayerNorm, LayerNormNoBias, NonParametric };
 enum class MlpKind { Gated, Plain };         ///< Gated: act(gate(x)) * up(x) (SwiGLU, GeGLU)
 enum class AttentionKind { Standard, MultiLatent };
+/// The attention kernel that runs. The request's "auto" resolves, per model, to what the
+/// implementation runs when attn_implementation is not given (ModelSpec::default_attention).
+enum class AttentionImpl { Eager, Sdpa, FlashAttention2 };
 
 /// `count` consecutive decoder layers with the same structure.
 struct LayerGroup {
@@ -101,6 +104,20 @@ struct ModelSpec {
   double embedding_dropout = 0;
   bool logits_fp32_in_model = false;  ///< the model itself casts logits to fp32 (CodeGen, GPT-Neo)
   bool final_logit_softcapping = false;
+  /// MoE routers: top-k weights renormalised to sum 1 (config norm_topk_prob, else the
+  /// configuration class's default; Mixtral always renormalises).
+  bool norm_topk_prob = true;
+
+  // What the implementation supports (family_traits.cpp, one row per model_type).
+  bool supports_sdpa = true;              ///< Transformers `_supports_sdpa`
+  bool supports_flash_attention_2 = true; ///< Transformers `_supports_flash_attn`
+  bool remote_code = false;               ///< trust_remote_code model: its own file picks the kernel
+  AttentionImpl default_attention = AttentionImpl::Sdpa;  ///< what runs when no kernel is named
+  /// The checkpoint's dtype (config `dtype`, or `torch_dtype` in older files): "bfloat16",
+  /// "float16", "float32", or "" when the config names none (from_pretrained then loads fp32).
+  std::string checkpoint_dtype;
+  /// PEFT's default LoRA target_modules for this model_type (empty: PEFT has none).
+  std::vector<std::string> peft_lora_targets;
   bool attn_logit_softcapping = false;
 
   u64 embedding_params = 0;     ///< token embedding (vocab x embed_dim)

@@ -32,9 +32,6 @@ enum class Optimizer {
   Adafactor,       ///< transformers Adafactor defaults (factored second moment, no first moment)
   Lion,            ///< one momentum state
 };
-/// The kernel that runs. The request's "auto" resolves, per model, to what Transformers runs
-/// when attn_implementation is not given (SDPA where the family supports it, else eager).
-enum class AttentionImpl { Eager, Sdpa, FlashAttention2 };
 /// The training framework: it decides defaults (load dtype, LoRA targets and dropout, loss,
 /// checkpointing) through the table in frameworks.cpp. "hf" is an alias of Transformers.
 enum class Framework { Transformers, Trl, Torchtune, Litgpt, Axolotl, LlamaFactory, Swift, Unsloth };
