@@ -315,6 +315,13 @@ async function recompute() {
   }
   lastResult = { ...result, request };
   lastModel = model;
+  // A GPU alias from a link or an embed attribute ("H100", "h100-80gb"): the core's catalog name.
+  const gpuName = result.plan?.gpu.name ?? result.estimate?.request.gpu.name;
+  if (state.gpu !== 'custom' && !gpus.has(state.gpu) && gpus.has(gpuName)) {
+    state.gpu = gpuName;
+    writeForm(form, state);
+    syncUrl();
+  }
   setStatus(describeModel(model, result), 'ok');
   showError(null);
   render();

@@ -258,6 +258,7 @@ test('embed mode: a compact calculator for a fixed model', async () => {
   // the hash form works too, and a big plan says how many layouts the embed leaves out
   const hashed = await fresh({ viewport: { width: 720, height: 900 } }, `${server.url}#embed=1&model=meta-llama/Llama-3.1-70B&gpus=16&gpu=H100-80GB`);
   assert.ok(await hashed.page.locator('.model-card').isHidden());
+  assert.equal(await hashed.page.inputValue('#gpu'), 'H100-SXM-80GB', 'a GPU alias becomes the catalog entry');
   const rows = await hashed.page.evaluate(() => window.memfit.result.plan.candidates.length);
   assert.match(await text(hashed.page, '#grid tfoot'), new RegExp(`\\+ ${rows - 6} more layouts`));
   await screenshot(hashed.page, 'embed-70b-16-gpus');
