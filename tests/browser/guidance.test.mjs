@@ -166,6 +166,16 @@ test('nothing fits: the closest layout, how far it misses, and single changes th
   await context.close();
 });
 
+test('LoRA with the automatic targets fits GPT-2, and the control says what is loaded and what trains', async () => {
+  const { page, context } = await fresh('#model=openai-community/gpt2&task=lora');
+  await waitText(page, '#recommendation', /Recommended for training/);
+  assert.equal(await page.locator('#grid td.cell').count() > 0, true);
+  assert.match(await text(page, '#precision-hint'), /^Automatic: base model loaded in \w+ and frozen; LoRA adapters trained on .*c_attn/);
+  assert.equal(await page.evaluate(() => 'precision' in window.memfit.result.request), false, 'the core picks the precision');
+  await screenshot(page, 'lora-gpt2-automatic');
+  await context.close();
+});
+
 test('LoRA targets that match no layer: the core\'s message next to the field, never "nothing fits"', async () => {
   const { page, context } = await fresh('#model=openai-community/gpt2&task=lora&targets=foo_proj');
   await waitText(page, '#error', /LoRA target/);
