@@ -45,10 +45,17 @@ export function fieldProblems(s) {
 export function coreErrorField(message) {
   const m = message.match(/request field "([\w.]+)"/);
   let entry = m && Object.entries(FIELD_INFO).find(([, info]) => info.request === m[1]);
+  // a bare field name: "sequence_length 2048 exceeds the 1024 positions ..."
+  const bare = (info) => new RegExp(`(^|[\\s"(])(${info.request.replace('.', '\\.')}|${info.request.split('.').pop()})\\b`, 'g');
+  let named = false;
+  if (!entry) {
+    entry = Object.entries(FIELD_INFO).find(([, info]) => info.request.includes('_') && bare(info).test(message));
+    named = !!entry;
+  }
   if (!entry && /LoRA target/i.test(message)) entry = ['targets', FIELD_INFO.targets];
   if (!entry) return null;
   const [name, info] = entry;
-  const text = message.replace(/request field "[\w.]+"/, info.label)
+  const text = message.replace(/request field "[\w.]+"/, info.label).replace(named ? bare(info) : /$^/, `$1${info.label.toLowerCase()}`)
     .replace(/; got null$/, ' (the field is empty)')
     .replace(/; got (.+)$/, ' (not $1)')
     .replace(/\b\d{5,}\b/g, (d) => fmt(Number(d)));

@@ -168,6 +168,9 @@ test('nothing fits: the closest layout, how far it misses, and single changes th
 
 test('LoRA with the automatic targets fits GPT-2, and the control says what is loaded and what trains', async () => {
   const { page, context } = await fresh('#model=openai-community/gpt2&task=lora');
+  // GPT-2 learned 1,024 positions: the core refuses 2,048, and the page says so at the field
+  await waitText(page, '#msg-seq', /^Sequence length 2048 exceeds the 1024 positions/);
+  await page.fill('#seq', '1024');
   await waitText(page, '#recommendation', /Recommended for training/);
   assert.equal(await page.locator('#grid td.cell').count() > 0, true);
   assert.match(await text(page, '#precision-hint'), /^Automatic: base model loaded in \w+ and frozen; LoRA adapters trained on .*c_attn/);
@@ -177,7 +180,7 @@ test('LoRA with the automatic targets fits GPT-2, and the control says what is l
 });
 
 test('LoRA targets that match no layer: the core\'s message next to the field, never "nothing fits"', async () => {
-  const { page, context } = await fresh('#model=openai-community/gpt2&task=lora&targets=foo_proj');
+  const { page, context } = await fresh('#model=openai-community/gpt2&task=lora&targets=foo_proj&seq=1024');
   await waitText(page, '#error', /LoRA target/);
   assert.doesNotMatch(await text(page, '#results'), /Nothing fits/);
   assert.match(await text(page, '#msg-targets'), /c_attn/);
