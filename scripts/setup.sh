@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what memfit needs on a Debian 12 machine (as root, or with sudo), idempotently.
-#   scripts/setup.sh native    compilers, CMake, Ninja, nlohmann-json, Catch2
+#   scripts/setup.sh native    compilers, CMake, Ninja, nlohmann-json, Catch2, yaml-cpp
 #   scripts/setup.sh wasm      + Emscripten and Node.js
 #   scripts/setup.sh browser   + Chromium and the npm packages of the browser tests (tests/browser)
 #   scripts/setup.sh python    + the validation venv (torch, transformers, peft; a few GB, once)
@@ -17,7 +17,7 @@ apt_packages=()
 need_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed" || apt_packages+=("$1"); }
 
 if want native wasm browser python; then
-  for p in cmake ninja-build g++ clang libclang-rt-14-dev nlohmann-json3-dev catch2 git python3; do need_pkg "$p"; done
+  for p in cmake ninja-build g++ clang libclang-rt-14-dev nlohmann-json3-dev catch2 libyaml-cpp-dev git python3; do need_pkg "$p"; done
 fi
 if want wasm; then need_pkg emscripten; fi
 if want browser; then need_pkg chromium; fi

@@ -41,6 +41,7 @@ function textFunctions(m) {
     planJson: (text) => call(m._memfit_plan, text),
     parseConfigJson: (text) => call(m._memfit_parse_config, text),
     setLibraryJson: (text) => call(m._memfit_set_library, text),
+    intakeJson: (text) => call(m._memfit_intake, text),
     modelsJson: () => m.UTF8ToString(m._memfit_models()),
     gpusJson: () => m.UTF8ToString(m._memfit_gpus()),
     defaultsJson: () => m.UTF8ToString(m._memfit_defaults()),
@@ -70,6 +71,7 @@ export async function loadMemfit({ library, ...moduleOptions } = {}) {
     models: () => unwrap(m.modelsJson()),
     gpus: () => unwrap(m.gpusJson()),
     defaults: () => unwrap(m.defaultsJson()),
+    intake: (input) => unwrap(m.intakeJson(asText(input))), // {config, lines?, format?, base?} -> {request, sources, defaulted, ...}
     raw: m, // the text-in/text-out functions: estimateJson, planJson, parseConfigJson, ...
   };
 }

@@ -18,6 +18,12 @@ struct Dtypes {
   bool amp = false;  ///< autocast: Linear inputs are cast to half per consumer
 };
 [[nodiscard]] Dtypes dtypes_for(Precision p);
+/// The element sizes a request's activations run in (QLoRA with prepare_kbit: see kbit_upcast).
+[[nodiscard]] Dtypes dtypes_for(const Request& r);
+/// QLoRA over bitsandbytes layers with PEFT's prepare_model_for_kbit_training: every
+/// non-quantized parameter (embeddings, norms, head, biases) is upcast to fp32 (peft
+/// utils/other.py: params of dtype fp16/bf16 that are not Params4bit).
+[[nodiscard]] bool kbit_upcast(const Request& r);
 
 /// Which Linear layers of a layer group keep their input for the weight gradient.
 struct TrainableLinears {
@@ -42,9 +48,10 @@ struct LayerActivations {
   u64 inference_transient = 0; ///< live at the worst moment of a no-grad forward of the layer
   u64 recompute_held = 0;      ///< checkpointing: gradients the layer's first backward nodes hold
                                ///< (beyond the incoming one) while its recomputation runs
-  u64 first_norm = 0;          ///< what the layer's first norm keeps (part of `saved`): nothing in
-                               ///< the first layer when its input needs no gradient (frozen
-                               ///< embeddings without checkpointing) and the norm is frozen
+  u64 first_norm = 0;          ///< what the layer keeps only because its input needs a gradient (part
+                               ///< of `saved`): its first norm's state and the LoRA dropout masks on
+                               ///< that norm's output. Nothing of it in the first layer when the
+                               ///< input needs none (frozen embeddings without checkpointing)
 };
 
 /// `tokens` = micro_batch x sequence (per rank), `seq` = sequence length (attention is s x s).

@@ -5,6 +5,7 @@
 
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
+#include "memfit/intake.hpp"
 #include "memfit/library.hpp"
 #include "memfit/planner.hpp"
 
@@ -240,6 +241,10 @@ std::string defaults_json() {
                 {"options", request_options()},
                 {"precision_meaning", precision_meanings()}};
   });
+}
+
+std::string intake_json(std::string_view input_json) {
+  return guarded([&] { return intake(parse_text(input_json, "the intake input")); });
 }
 
 }  // namespace memfit

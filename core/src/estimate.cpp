@@ -131,7 +131,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
-    // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output)
+    // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
+    // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
+    // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
     if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen)
       A = sub_floor(A, mul(in_flight, la.first_norm));
     casts_total = add(casts_total, mul(count, casts));
@@ -367,7 +369,7 @@ struct InferenceParts {
 
 InferenceParts inference_moments(const Request& r, const ModelStates& s, const Layout& l, u64 batch, u64 ctx) {
   const ModelSpec& m = r.model;
-  const Dtypes d = dtypes_for(r.precision);
+  const Dtypes d = dtypes_for(r);
   InferenceParts out;
   // Inference shards by TP (and PP stages); every rank holds its layers' weights.
   const RankRole& role = l.roles.front();

@@ -204,6 +204,12 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
     r.gradient_checkpointing = fw.gradient_checkpointing || (r.task == Task::Qlora && r.runtime.prepare_kbit);
   if (!given.loss_chunks && fw.loss == LossKind::ChunkedOutput && r.task != Task::Inference)
     r.runtime.loss_chunks = fw.loss_chunks ? fw.loss_chunks : std::max<u64>(1, div_ceil(r.sequence_length, fw.loss_chunk_tokens));
+  if (fw.loss == LossKind::FusedLinear && r.task != Task::Inference)
+    r.warnings.push_back(std::string(fw.name) + " " + fw.modelled_version +
+                         " fuses the LM head with the loss (no [batch, sequence, vocab] logits); memfit models the "
+                         "unfused head, so logits_loss is an over-estimate for it");
+  if (r.runtime.framework != Framework::Transformers && r.task != Task::Inference)
+    r.warnings.push_back(std::string(fw.name) + "'s own memory figure: " + fw.memory_report);
   if (!fw.measured_on_cpu)
     r.warnings.push_back(std::string(fw.name) + ": its defaults are read from its source (" + fw.source +
                          "); memfit's CPU validator does not run its own training step, so its figures are not measured");

@@ -15,6 +15,7 @@
 
 #include "memfit/error.hpp"
 #include "memfit/model.hpp"
+#include "activations.hpp"
 #include "states.hpp"
 
 namespace memfit::detail {
@@ -145,7 +146,8 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
   u64 wbytes = fp32 ? 4 : 2;
   if (!inference && mixed == MixedMode::Autocast) wbytes = 4;
   if (!inference && mixed == MixedMode::ShardedFp32) wbytes = 4;  // the sharded fp32 params
-  const u64 frozen_bytes = (quantized || inference || mixed != MixedMode::Autocast) ? (fp32 ? 4 : 2) : wbytes;
+  u64 frozen_bytes = (quantized || inference || mixed != MixedMode::Autocast) ? (fp32 ? 4 : 2) : wbytes;
+  if (kbit_upcast(r)) frozen_bytes = 4;  // prepare_model_for_kbit_training: non-quantized params in fp32
   // PEFT upcasts adapters to fp32 unless told otherwise (autocast_adapter_dtype=True).
   const u64 adapter_bytes = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   const u64 qbits = quantized_bits_x1024(r.quantization);

@@ -29,6 +29,9 @@ namespace memfit {
 [[nodiscard]] std::string gpus_json();
 /// Every request field with its default value and the accepted values.
 [[nodiscard]] std::string defaults_json();
+/// A parsed launch config -> the request it describes, with the key/line of every field and
+/// what was defaulted (see intake.hpp for the input and output shapes).
+[[nodiscard]] std::string intake_json(std::string_view input_json);
 
 /// The structured forms the JSON functions wrap (for C++ callers and tests).
 [[nodiscard]] nlohmann::json estimate_to_json(const Estimate& e, const Request& r);
