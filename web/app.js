@@ -361,7 +361,10 @@ function precisionWords(result) {
   const quant = r.quantization && r.quantization !== 'none' ? LABELS.quant[r.quantization] ?? r.quantization : '';
   const auto = state.precision === 'auto' ? 'Automatic: ' : '';
   if (r.task === 'inference') return `${auto}weights loaded in ${quant || math}; math in ${math}.`; // serving has no fp32 master copy
-  if (r.task === 'full') return `${auto}weights loaded in ${half} and all of them trained; math in ${math}.`;
+  // DeepSpeed's mixed precision keeps half-precision weights and an fp32 master copy in the optimizer
+  const deepspeed = /^zero/.test(r.parallelism?.method ?? '') && math !== half;
+  if (r.task === 'full') return `${auto}${deepspeed ? `${math} weights with an fp32 master copy (DeepSpeed)` : `weights loaded in ${half}`}` +
+    `, all of them trained; math in ${math}.`;
   const targets = Array.isArray(r.lora?.targets) ? r.lora.targets.join(', ') : r.lora?.targets;
   return `${auto}base model loaded in ${quant || half} and frozen; LoRA adapters trained${targets ? ` on ${targets}` : ''}; math in ${math}.`;
 }
