@@ -124,7 +124,15 @@ void print_plan(const nlohmann::json& p) {
       std::printf("  %-46s %9s %10.1f %12s %10s\n", c["label"].get<std::string>().c_str(), "OOM",
                   gib(c["per_gpu"]["device_total_bytes"]), "-", "-");
   }
+  for (const auto& s : p["skipped"])
+    std::printf("  %-46s skipped: %s\n", s["label"].get<std::string>().c_str(), s["error"].get<std::string>().c_str());
   std::printf("\nrecommendation: %s\n", p["recommendation_text"].get<std::string>().c_str());
+  if (p["nothing_fits"].is_object()) {
+    std::printf("single changes (closest layout at micro-batch 1):\n");
+    for (const auto& s : p["nothing_fits"]["suggestions"])
+      std::printf("  %-52s %-40s %8.1f GiB  %s\n", s["text"].get<std::string>().c_str(), s["layout"].get<std::string>().c_str(),
+                  gib(s["per_gpu_bytes"]), s["fits"].get<bool>() ? "fits" : "not enough alone");
+  }
   std::printf("LLMem's rule would pick: %s\n", p["llmem_choice"].get<std::string>().c_str());
 }
 

@@ -69,3 +69,67 @@ TEST_CASE("a larger micro-batch runs at a higher utilisation, so throughput rewa
   // micro-batch-1 layout when others fit 8 or more
   CHECK(p.candidates[static_cast<size_t>(p.recommended)].max_micro_batch > 1);
 }
+
+namespace {
+json no_fit_request() {
+  // 70B full fine-tuning at 8k tokens, no checkpointing, on 8 x A100-80GB: no layout fits
+  return {{"model", {{"id", "meta-llama/Llama-3.1-70B"}}}, {"sequence_length", 8192},
+          {"gpu", {{"name", "A100-80GB"}}}, {"num_gpus", 8}};
+}
+}  // namespace
+
+TEST_CASE("nothing fits: the closest layout, by how much it misses, and single changes that do fit", "[planner]") {
+  const json request = no_fit_request();
+  const Plan p = plan(request_from_json(request));
+  REQUIRE(p.recommended == -1);
+  REQUIRE(p.nothing_fits);
+  const PlanCandidate& closest = p.candidates[p.nothing_fits->closest];
+  for (const PlanCandidate& c : p.candidates) CHECK(c.at_max.device_total_bytes >= closest.at_max.device_total_bytes);
+  CHECK(p.nothing_fits->missing_bytes == closest.at_max.device_total_bytes - p.budget_bytes);
+  CHECK(p.recommendation.find("closest layout, " + closest.label) != std::string::npos);
+  bool checkpointing = false, gpus = false;
+  for (const Suggestion& s : p.nothing_fits->suggestions) {
+    checkpointing |= s.change == Change::Checkpointing;
+    gpus |= s.change == Change::NumGpus;
+    if (!s.fits) continue;
+    // the claim holds: the changed request has a layout that fits, at the figure given
+    json changed = request;
+    if (s.change == Change::Checkpointing) changed["gradient_checkpointing"] = true;
+    if (s.change == Change::Lora) changed["task"] = "lora";
+    if (s.change == Change::Qlora) changed["task"] = "qlora";
+    if (s.change == Change::SequenceLength) changed["sequence_length"] = s.value;
+    if (s.change == Change::NumGpus) changed["num_gpus"] = s.value;
+    const Plan after = plan(request_from_json(changed));
+    CHECK(after.recommended >= 0);
+    u64 smallest = UINT64_MAX;
+    for (const PlanCandidate& c : after.candidates) smallest = std::min(smallest, c.grid_device_bytes[0]);
+    CHECK(smallest == s.per_gpu_bytes);
+  }
+  CHECK(checkpointing);
+  CHECK(gpus);
+}
+
+TEST_CASE("nothing fits: never suggests what the request already does", "[planner]") {
+  json request = no_fit_request();
+  request["gradient_checkpointing"] = true;
+  request["task"] = "qlora";
+  request["sequence_length"] = 131072;  // activations alone overflow, whatever is offloaded
+  request["gpu"] = {{"name", "RTX4090-24GB"}};
+  request["num_gpus"] = 1;
+  const Plan p = plan(request_from_json(request));
+  REQUIRE(p.nothing_fits);
+  for (const Suggestion& s : p.nothing_fits->suggestions) {
+    CHECK(s.change != Change::Checkpointing);
+    CHECK(s.change != Change::Qlora);
+    CHECK(s.change != Change::Lora);
+  }
+}
+
+TEST_CASE("an error every layout hits is the plan's error, not \"nothing fits\"", "[planner]") {
+  const json request = {{"model", {{"id", "openai-community/gpt2"}}}, {"task", "lora"},
+                        {"lora", {{"targets", {"foo_proj"}}}}, {"num_gpus", 8}};
+  CHECK_THROWS_WITH(plan(request_from_json(request)), Catch::Contains("LoRA target"));
+  const json out = json::parse(plan_json(request.dump()));
+  REQUIRE(out.contains("error"));
+  CHECK(out["error"].get<std::string>().find("c_attn") != std::string::npos);
+}

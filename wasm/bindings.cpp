@@ -1,30 +1,50 @@
-// memfit's WebAssembly boundary: the seven JSON functions of memfit/api.hpp, string in, string out.
+// memfit's WebAssembly boundary: the JSON functions of memfit/api.hpp as plain C exports, text
+// in, text out. No Embind: its runtime type registry and JS glue cost more than the whole
+// boundary needs (web/memfit-api.mjs copies the strings in and out of the module's memory).
 //
 // This is the only translation unit that includes <emscripten/...>. The core never throws out of
-// these functions (errors come back as {"error": "..."}); web/memfit.js parses the text and turns
-// an error object into a JS Error carrying the same message the CLI prints.
-#include <emscripten/bind.h>
+// these functions (errors come back as {"error": "..."}); web/memfit-api.mjs parses the text and
+// turns an error object into a JS Error carrying the same message the CLI prints.
+#include <emscripten/emscripten.h>
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "memfit/api.hpp"
 
 namespace {
 
-std::string estimate(const std::string& request) { return memfit::estimate_json(request); }
-std::string plan(const std::string& request) { return memfit::plan_json(request); }
-std::string parse_config(const std::string& config) { return memfit::parse_config_json(config); }
-std::string intake(const std::string& input) { return memfit::intake_json(input); }
+std::string last_result;  // the text of the last call: the caller copies it out before the next one
+
+const char* keep(std::string text) {
+  last_result = std::move(text);
+  return last_result.c_str();
+}
 
 }  // namespace
 
-EMSCRIPTEN_BINDINGS(memfit) {
-  using emscripten::function;
-  function("estimateJson", &estimate);
-  function("planJson", &plan);
-  function("parseConfigJson", &parse_config);
-  function("modelsJson", &memfit::models_json);
-  function("gpusJson", &memfit::gpus_json);
-  function("defaultsJson", &memfit::defaults_json);
-  function("intakeJson", &intake);  // a parsed launch config -> request + sources (memfit/intake.hpp)
+extern "C" {
+
+// Each input is a UTF-8 text of `size` bytes at `text`.
+EMSCRIPTEN_KEEPALIVE const char* memfit_estimate(const char* text, std::size_t size) {
+  return keep(memfit::estimate_json(std::string_view(text, size)));
 }
+EMSCRIPTEN_KEEPALIVE const char* memfit_plan(const char* text, std::size_t size) {
+  return keep(memfit::plan_json(std::string_view(text, size)));
+}
+EMSCRIPTEN_KEEPALIVE const char* memfit_parse_config(const char* text, std::size_t size) {
+  return keep(memfit::parse_config_json(std::string_view(text, size)));
+}
+EMSCRIPTEN_KEEPALIVE const char* memfit_set_library(const char* text, std::size_t size) {
+  return keep(memfit::set_library_json(std::string_view(text, size)));
+}
+// a parsed launch config -> request + sources (memfit/intake.hpp)
+EMSCRIPTEN_KEEPALIVE const char* memfit_intake(const char* text, std::size_t size) {
+  return keep(memfit::intake_json(std::string_view(text, size)));
+}
+EMSCRIPTEN_KEEPALIVE const char* memfit_models() { return keep(memfit::models_json()); }
+EMSCRIPTEN_KEEPALIVE const char* memfit_gpus() { return keep(memfit::gpus_json()); }
+EMSCRIPTEN_KEEPALIVE const char* memfit_defaults() { return keep(memfit::defaults_json()); }
+
+}  // extern "C"

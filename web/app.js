@@ -3,21 +3,36 @@
 import * as hub from './hub.js';
 import { h, params, renderDetail, renderGrid, renderRecommendation, toMarkdown } from './render.js';
 import { buildRequest, decodeConfig, defaultState, encodeConfig, readForm, stateFromUrl, stateToHash, writeForm } from './state.js';
+import { searchModels } from './search.js';
+import { fieldProblems, coreErrorField, showFieldMessages } from './fields.js';
 
 const $ = (id) => document.getElementById(id);
 const form = $('setup');
-const embed = new URL(location.href).searchParams.get('embed') === '1';
+const startUrl = new URL(location.href);
+const embed = startUrl.searchParams.get('embed') === '1' || new URLSearchParams(startUrl.hash.slice(1)).get('embed') === '1';
 document.body.classList.toggle('embed', embed);
+if (embed) applyTheme(startUrl.searchParams);
+
+/** Embed theming: the <memfit-calculator> element forwards its --memfit-* custom properties. */
+function applyTheme(query) {
+  const vars = { accent: ['--accent', '--focus'], bg: ['--bg'], card: ['--card', '--field'], fg: ['--fg'], muted: ['--muted'],
+    border: ['--border'], radius: ['--radius'], font: ['--font'] };
+  for (const [key, names] of Object.entries(vars)) {
+    const value = query.get(`theme-${key}`);
+    if (value && !/[;{}<>]/.test(value)) for (const name of names) document.documentElement.style.setProperty(name, value);
+  }
+}
 
 const LABELS = {
   task: { full: 'Full fine-tuning', lora: 'LoRA', qlora: 'QLoRA (quantized base)', inference: 'Inference (serving)' },
-  precision: { fp32: 'fp32', amp_bf16: 'bf16 mixed (AMP)', amp_fp16: 'fp16 mixed (AMP)', bf16: 'bf16', fp16: 'fp16' },
+  precision: { fp32: 'fp32', amp_bf16: 'bf16 mixed precision (fp32 weights, bf16 math)',
+    amp_fp16: 'fp16 mixed precision (fp32 weights, fp16 math)', bf16: 'bf16 (weights and math)', fp16: 'fp16 (weights and math)' },
   quant: { none: 'Unquantized', int8: '8-bit (bitsandbytes)', nf4: 'NF4 4-bit', nf4_double: 'NF4 4-bit + double quant',
     gptq_int4: 'GPTQ 4-bit', awq_int4: 'AWQ 4-bit', fp8: 'FP8 (block-scaled)', mxfp4: 'MXFP4', nvfp4: 'NVFP4' },
   optimizer: { adamw: 'AdamW', adamw_fused: 'AdamW (fused)', adamw_loop: 'AdamW (per-tensor loop)', adamw_8bit: 'AdamW 8-bit',
     paged_adamw_8bit: 'Paged AdamW 8-bit', paged_adamw: 'Paged AdamW 32-bit', sgd: 'SGD', sgd_momentum: 'SGD + momentum',
     adafactor: 'Adafactor', lion: 'Lion' },
-  attn: { eager: 'Eager', sdpa: 'SDPA', flash_attention_2: 'FlashAttention-2' },
+  attn: { auto: 'Automatic (what the framework picks)', eager: 'Eager', sdpa: 'SDPA', flash_attention_2: 'FlashAttention-2' },
   kv: {},
 };
 const OPTION_KEYS = { task: 'task', precision: 'precision', quant: 'quantization', optimizer: 'optimizer', attn: 'attention', kv: 'inference.kv_cache_dtype' };
@@ -76,6 +91,7 @@ $('model-list').replaceChildren(...models.map((m) => h('option', { value: m.id }
 for (const [field, key] of Object.entries(OPTION_KEYS))
   $(field).replaceChildren(...init.defaults.options[key].filter((v) => v !== 'serve') // task "serve": the Serve panel (serve.js)
     .map((v) => h('option', { value: v }, LABELS[field][v] ?? v)));
+$('precision').prepend(h('option', { value: 'auto' }, 'Automatic: what the framework loads'));
 $('gpu').replaceChildren(...init.gpus.map((g) => h('option', { value: g.name }, g.label)), h('option', { value: 'custom' }, 'Custom memory…'));
 
 const defaults = defaultState(init.defaults);
@@ -92,11 +108,51 @@ function safeDecode(text, fallback) {
   }
 }
 
-// ---- Model resolution: pasted config, bundled library, or the Hub.
-class PageError extends Error {}
+// ---- Model resolution: pasted config, bundled library (forgiving search), or the Hub.
+class PageError extends Error {
+  constructor(message, { field = null, pending = false } = {}) {
+    super(message);
+    this.field = field; // the control it is about
+    this.pending = pending; // waiting for the user (not a failure)
+  }
+}
 let prefilledFor = '';
+const ids = models.map((m) => m.id);
+// The Hub is asked only for an id the user committed to (Enter, leaving the field, a paste, a
+// pick from a list, a link): never for the half-typed ids between keystrokes.
+let committed = true;
+let configSource = state.cfg ? 'config.json from the link' : '';
+let modelBeforeConfig = state.cfg ? '' : state.model;
 
+function showSuggestions(list, heading) {
+  const box = $('model-suggest');
+  box.hidden = !list.length;
+  box.replaceChildren(...(list.length ? [h('p', { class: 'hint' }, heading),
+    h('ul', {}, list.map((id) => h('li', {}, h('button', { type: 'button', class: 'link', 'data-id': id }, id))))] : []));
+}
+$('model-suggest').addEventListener('click', (e) => {
+  const id = e.target.closest('button[data-id]')?.dataset.id;
+  if (!id) return;
+  $('model').value = id;
+  state = { ...state, model: id, cfg: '', sel: '' };
+  committed = true;
+  showSuggestions([]);
+  syncUrl();
+  schedule(0);
+});
+
+/** Online, Hub ids for a query that no bundled model matches (api/models?search=), cached. */
+const hubSearches = new Map();
+async function suggestFromHub(query) {
+  if (query.length < 3 || embed) return;
+  if (!hubSearches.has(query)) hubSearches.set(query, hub.searchModels(query).catch(() => []));
+  const found = await hubSearches.get(query);
+  if (state.model.trim() === query && found.length) showSuggestions(found, 'On huggingface.co:');
+}
+
+let waitingForCommit = false;
 async function resolveModel(s) {
+  waitingForCommit = false;
   if (s.cfg) {
     let config;
     try {
@@ -104,21 +160,42 @@ async function resolveModel(s) {
     } catch {
       throw new PageError('The config.json in this link is damaged: paste it again.');
     }
-    return { ref: { config }, name: 'pasted config.json', source: 'Pasted config.json' };
+    const name = typeof config._name_or_path === 'string' && config._name_or_path.trim() ? config._name_or_path.trim() : s.model;
+    return { ref: { config }, name: name || 'config.json', source: configSource || 'Pasted config.json' };
+  }
+  const typed = s.model.trim();
+  const found = searchModels(typed, ids);
+  if (found.exact) {
+    showSuggestions([]);
+    if (found.exact !== s.model) {
+      state.model = found.exact; // "llama 3.1 8b" becomes its id (in the URL, and in the field once it loses focus)
+      syncUrl();
+    }
+    const known = bundled.get(found.exact.toLowerCase());
+    return { ref: { id: known.id }, name: known.id, source: 'Bundled config' };
   }
   const id = hub.parseModelId(s.model);
+  if (found.matches.length > 1) {
+    showSuggestions(found.matches.slice(0, 8), `${found.matches.length} bundled models match "${typed}"${found.matches.length > 8 ? ' (the first 8)' : ''}:`);
+    if (!id || !committed) throw new PageError(`Several bundled models match "${typed}": pick one from the list under the field.`, { field: 'model', pending: true });
+  } else {
+    showSuggestions([]);
+  }
   if (!id) {
-    throw new PageError(s.model.trim()
-      ? `"${s.model.trim()}" is not a model id: type org/name (e.g. meta-llama/Llama-3.1-8B), paste a huggingface.co link, or pick a bundled model.`
-      : 'Type a Hugging Face model id (org/name), paste a huggingface.co link, or pick one of the bundled models.');
+    suggestFromHub(typed);
+    throw new PageError(typed
+      ? `No bundled model matches "${typed}". Type a Hugging Face id (org/name, e.g. meta-llama/Llama-3.1-8B), paste a huggingface.co link, or paste the model's config.json.`
+      : 'Type a model name (e.g. llama 3.1 8b), a Hugging Face id (org/name) or a huggingface.co link.', { field: 'model' });
   }
   if (id !== s.model) {
     state.model = id; // a pasted huggingface.co link becomes its id (in the URL, and in the field once it loses focus)
     writeForm(form, state);
     syncUrl();
   }
-  const known = bundled.get(id.toLowerCase());
-  if (known) return { ref: { id: known.id }, name: known.id, source: 'Bundled config' };
+  if (!committed) {
+    waitingForCommit = true;
+    throw new PageError(`${id} is not bundled: press Enter to load it from huggingface.co.`, { field: 'model', pending: true });
+  }
   setStatus(`Fetching ${id} from huggingface.co…`, 'busy');
   const { config, info } = await hub.fetchModel(id);
   const stored = hub.storedParams(info);
@@ -145,6 +222,7 @@ function setStatus(text, kind = '') {
 }
 
 function describeModel(model, result) {
+  if (!result) return `${model.source}${model.extra ?? ''}`;
   const m = (result.estimate ?? result.plan).model;
   const p = (result.plan ?? result.estimate).params;
   let text = `${model.source} · ${m.model_type} · ${params(p.total)} parameters`;
@@ -165,36 +243,63 @@ let computed = 0; // recomputations shown so far (tests wait on body[data-comput
 let running = false;
 let again = false;
 
+/** The full calculator's address for this setup (embed mode drops its query: embed, theme). */
+const fullUrl = () => `${location.origin}${location.pathname}${stateToHash(state, defaults)}`;
+
 function context(request, model) {
   const g = gpus.get(state.gpu);
   return { request, modelName: model?.name ?? state.model, gpus: state.gpus, gpuLabel: g ? g.label : `${state.mem} GiB GPU`,
-    ibatch: state.ibatch, ictx: state.ictx, url: location.href.replace(/[?&]embed=1/, '') };
+    ibatch: state.ibatch, ictx: state.ictx, url: fullUrl() };
 }
 
-function showError(message) {
+/** Shows an error (or clears it with null). The last valid result stays, marked as stale. */
+function showError(message, { stale = true } = {}) {
   const el = $('error');
   el.hidden = !message;
   el.textContent = message ?? '';
-  if (message) {
+  const hasResult = !!lastResult && stale;
+  $('results').classList.toggle('stale', !!message && hasResult);
+  if (message && hasResult) el.append(h('span', { class: 'stale-note' }, ' The results below are for the last valid setup.'));
+  if (message && !hasResult) {
     $('grid-card').hidden = true;
     $('detail').hidden = true;
     $('recommendation').hidden = true;
   }
+  updateSummary(message);
+}
+
+/** The model could not be resolved: say so next to the field and in the results. */
+function modelFailed(e) {
+  let message = e instanceof PageError || e instanceof hub.HubError ? e.message : `Could not load the model: ${e.message}`;
+  const network = e instanceof hub.HubError && e.kind === 'network';
+  if (network && embed) message = `huggingface.co is unreachable, and ${state.model} is not bundled. Open in memfit ↗ to paste its config.json.`;
+  setStatus(message, e.pending ? 'hint' : 'error');
+  if (e.pending) { // waiting for the user, not a failure: the last result stays, marked stale
+    $('error').hidden = true;
+    $('results').classList.toggle('stale', !!lastResult);
+    return;
+  }
+  if (e instanceof hub.HubError && e.kind === 'gated') $('token-box').open = true;
+  if (network) $('config-box').open = true; // the way on is to paste or upload the config
+  showError(network && !embed
+    ? 'huggingface.co is unreachable. Bundled models (type a name, e.g. llama 3.1 8b) and pasted or uploaded configs still work.' : message);
 }
 
 async function recompute() {
   const s = state;
+  const problems = fieldProblems(s);
+  showFieldMessages(form, problems);
+  const blocking = Object.entries(problems).filter(([, p]) => p.error);
+  if (blocking.length) {
+    showError(`${blocking.map(([, p]) => p.error).join(' ')}`);
+    return;
+  }
   let model;
   try {
     model = await resolveModel(s);
   } catch (e) {
     if (s !== state) return;
-    const message = e instanceof PageError || e instanceof hub.HubError ? e.message : `Could not load the model: ${e.message}`;
-    setStatus(message, 'error');
-    if (e instanceof hub.HubError && e.kind === 'gated') $('token-box').open = true;
-    showError(e instanceof hub.HubError && e.kind === 'network'
-      ? 'huggingface.co is unreachable. Bundled models (type or pick one from the list) and pasted configs still work.' : message);
-    lastResult = null;
+    modelFailed(e);
     return;
   }
   const request = buildRequest(state, model.ref);
@@ -203,13 +308,21 @@ async function recompute() {
   try {
     result = await core.call('compute', { request, selection, userMicroBatch: state.mbs });
   } catch (e) {
-    setStatus(model.source, '');
-    showError(e.core ? e.message : `Internal error: ${e.message}`);
-    lastResult = null;
+    setStatus(describeModel(model, null), '');
+    const field = e.core ? coreErrorField(e.message) : null;
+    if (field) showFieldMessages(form, { ...problems, [field.name]: { error: field.message } });
+    showError(field ? field.message : e.core ? e.message : `Internal error: ${e.message}`);
     return;
   }
   lastResult = { ...result, request };
   lastModel = model;
+  // A GPU alias from a link or an embed attribute ("H100", "h100-80gb"): the core's catalog name.
+  const gpuName = result.plan?.gpu.name ?? result.estimate?.request.gpu.name;
+  if (state.gpu !== 'custom' && !gpus.has(state.gpu) && gpus.has(gpuName)) {
+    state.gpu = gpuName;
+    writeForm(form, state);
+    syncUrl();
+  }
   setStatus(describeModel(model, result), 'ok');
   showError(null);
   render();
@@ -224,12 +337,57 @@ function render() {
   const ctx = context(result.request, lastModel);
   const reco = $('recommendation');
   reco.hidden = false;
-  renderRecommendation(reco, result, ctx);
+  renderRecommendation(reco, result, ctx, applyPatch);
   $('grid-card').hidden = !result.plan;
   if (result.plan) renderGrid($('grid'), result.plan, result.selected, select);
+  const skipped = result.plan?.skipped ?? [];
+  $('skipped').hidden = !skipped.length;
+  $('skipped').textContent = skipped.length ? `Not possible for this model: ${skipped.map((s) => `${s.label} (${s.error})`).join('; ')}.` : '';
   renderDetail($('detail'), result, ctx);
+  $('precision-hint').textContent = precisionWords(result);
+  updateSummary(null);
   $('embed-model').textContent = lastModel?.name ?? '';
-  $('open-full').href = ctx.url.replace(/\?[^#]*/, '');
+  $('open-full').href = ctx.url;
+}
+
+/**
+ * What the run loads and what it trains, in words, from the request the core answered (its
+ * precision and LoRA targets resolved where the form left them automatic).
+ */
+function precisionWords(result) {
+  const r = result.estimate?.request;
+  if (!r) return '';
+  const half = { fp32: 'fp32', amp_bf16: 'fp32', amp_fp16: 'fp32', bf16: 'bf16', fp16: 'fp16' }[r.precision] ?? r.precision;
+  const math = { amp_bf16: 'bf16', amp_fp16: 'fp16' }[r.precision] ?? half;
+  const quant = r.quantization && r.quantization !== 'none' ? LABELS.quant[r.quantization] ?? r.quantization : '';
+  const auto = state.precision === 'auto' ? 'Automatic: ' : '';
+  if (r.task === 'inference') return `${auto}weights loaded in ${quant || math}; math in ${math}.`; // serving has no fp32 master copy
+  // DeepSpeed's mixed precision keeps half-precision weights and an fp32 master copy in the optimizer
+  const deepspeed = /^zero/.test(r.parallelism?.method ?? '') && math !== half;
+  if (r.task === 'full') return `${auto}${deepspeed ? `${math} weights with an fp32 master copy (DeepSpeed)` : `weights loaded in ${half}`}` +
+    `, all of them trained; math in ${math}.`;
+  const targets = Array.isArray(r.lora?.targets) ? r.lora.targets.join(', ') : r.lora?.targets;
+  return `${auto}base model loaded in ${quant || half} and frozen; LoRA adapters trained${targets ? ` on ${targets}` : ''}; math in ${math}.`;
+}
+
+/** The one-line answer pinned to the bottom of a phone screen while the form is in view. */
+function updateSummary(message) {
+  const el = $('summary');
+  const headline = $('recommendation').querySelector('.headline');
+  el.textContent = message ? 'Fix the setup: see the message below ↓' : headline ? `${headline.textContent} ↓` : '';
+  el.classList.toggle('oom', !!message || !!headline?.classList.contains('oom'));
+}
+
+/** Applies a suggested change ({request field: value}) from the "nothing fits" card. */
+function applyPatch(patch) {
+  const keys = { gradient_checkpointing: 'ckpt', task: 'task', quantization: 'quant', sequence_length: 'seq', num_gpus: 'gpus' };
+  const next = { ...state, sel: '' };
+  for (const [k, v] of Object.entries(patch)) if (keys[k]) next[keys[k]] = v;
+  state = next;
+  writeForm(form, state);
+  syncVisibility();
+  syncUrl();
+  schedule(0);
 }
 
 async function update() {
@@ -274,12 +432,26 @@ function syncVisibility() {
 }
 
 $('model').addEventListener('blur', () => writeForm(form, state));
+// Enter or leaving the field commits a typed id: only then may it be fetched from the Hub.
+function commitModel() {
+  if (committed) return;
+  committed = true;
+  if (waitingForCommit) schedule(0); // only an id that waits for the Hub needs a new run
+}
+$('model').addEventListener('change', commitModel);
+$('model').addEventListener('keydown', (e) => e.key === 'Enter' && commitModel());
+form.addEventListener('submit', (e) => e.preventDefault());
 form.addEventListener('input', (e) => {
   const target = e.target;
   if (target.id === 'config-text' || target.id === 'hf-token' || target.id === 'config-file') return;
   const before = state;
   state = readForm(form, state);
-  if (target.name === 'model') state.cfg = '';
+  if (target.name === 'model') {
+    state.cfg = '';
+    configSource = '';
+    // typing is not committing; a paste or a pick from the browser's list is
+    committed = e.inputType === 'insertFromPaste' || e.inputType === 'insertReplacementText' || e.inputType === undefined;
+  }
   if (target.name === 'task') {
     if (state.task === 'qlora' && !['nf4', 'nf4_double', 'int8'].includes(state.quant)) state.quant = 'nf4';
     if (state.task === 'full' && state.quant !== 'none') state.quant = 'none';
@@ -297,34 +469,46 @@ form.addEventListener('input', (e) => {
   schedule(target.name === 'model' ? 450 : typing ? 150 : 0);
 });
 
-$('config-text').addEventListener('input', () => usePastedConfig($('config-text').value));
+$('config-text').addEventListener('input', () => usePastedConfig($('config-text').value, 'Pasted config.json'));
 $('config-file').addEventListener('change', async (e) => {
   const file = e.target.files?.[0];
   if (!file) return;
   $('config-text').value = await file.text();
-  usePastedConfig($('config-text').value);
+  usePastedConfig($('config-text').value, `Uploaded ${file.name}`, file.name);
 });
 $('config-clear').addEventListener('click', () => {
   $('config-text').value = '';
-  state = { ...state, cfg: '' };
+  state = { ...state, cfg: '', model: modelBeforeConfig || defaults.model };
+  configSource = '';
+  committed = true;
+  writeForm(form, state);
+  $('model').value = state.model;
   syncUrl();
   schedule(0);
 });
 
-function usePastedConfig(text) {
+/** A pasted or uploaded config.json replaces the model; the model field names it. */
+function usePastedConfig(text, source, fileName = '') {
   if (!text.trim()) return;
   let config;
   try {
     config = JSON.parse(text);
   } catch (e) {
     setStatus(`That config.json is not valid JSON: ${e.message}. Check for a missing comma, quote or bracket.`, 'error');
+    showError('The pasted config.json is not valid JSON (see the message under the model field).');
     return;
   }
   if (!config || typeof config !== 'object' || Array.isArray(config)) {
     setStatus('A config.json is a JSON object ({...}).', 'error');
+    showError('The pasted config.json is not a JSON object ({...}).');
     return;
   }
-  state = { ...state, cfg: encodeConfig(config), sel: '' };
+  if (!state.cfg) modelBeforeConfig = state.model;
+  const named = typeof config._name_or_path === 'string' && config._name_or_path.trim();
+  configSource = source;
+  state = { ...state, cfg: encodeConfig(config), sel: '', model: named || fileName || 'pasted config.json' };
+  writeForm(form, state);
+  $('model').value = state.model; // even while it has the focus
   syncUrl();
   schedule(150);
 }
@@ -337,10 +521,10 @@ $('hf-token').addEventListener('change', () => {
 $('copy-link').addEventListener('click', async () => {
   syncUrl();
   try {
-    await navigator.clipboard.writeText(location.href);
+    await navigator.clipboard.writeText(fullUrl());
     toast('Link copied: it reopens this exact setup.');
   } catch {
-    toast(`Copy this link: ${location.href}`);
+    toast(`Copy this link: ${fullUrl()}`);
   }
 });
 
@@ -351,12 +535,12 @@ function download(name, type, text) {
   a.remove();
   setTimeout(() => URL.revokeObjectURL(a.href), 1000);
 }
-const slug = () => (lastModel?.name ?? 'model').replace(/[^\w.-]+/g, '_');
+const slug = () => (lastModel?.name ?? 'model').replace(/\.json$/, '').replace(/[^\w.-]+/g, '_');
 $('export-json').addEventListener('click', () => {
   if (!lastResult) return toast('Nothing to export yet.');
   const { request, plan, estimate, selected } = lastResult;
   download(`memfit-${slug()}.json`, 'application/json',
-    `${JSON.stringify({ url: location.href, request, selected, plan, estimate }, null, 2)}\n`);
+    `${JSON.stringify({ url: fullUrl(), request, selected, plan, estimate }, null, 2)}\n`);
 });
 $('export-md').addEventListener('click', () => {
   if (!lastResult) return toast('Nothing to export yet.');
@@ -378,6 +562,16 @@ window.addEventListener('hashchange', () => {
   syncVisibility();
   schedule(0);
 });
+
+// Embedded (an iframe, or the <memfit-calculator> element): tell the host page our height.
+if (embed && window.parent !== window) {
+  const post = () => window.parent.postMessage({ memfit: 'size', height: Math.ceil(document.documentElement.getBoundingClientRect().height) }, '*');
+  new ResizeObserver(post).observe(document.documentElement);
+}
+
+// Phones: a pinned one-line answer while the results are out of view.
+new IntersectionObserver(([e]) => document.body.classList.toggle('results-in-view', e.isIntersecting))
+  .observe($('results'));
 
 syncVisibility();
 syncUrl();

@@ -28,7 +28,9 @@ export function compute(api, job) {
   const plan = api.plan(request);
   const planMs = performance.now() - t0;
   const want = job.selection;
-  const candidate = plan.candidates.find((c) => c.label === want?.label) ?? plan.recommendation ?? plan.candidates[0];
+  // When nothing fits, the breakdown shown is the layout closest to fitting.
+  const fallback = plan.recommendation ?? plan.candidates[plan.nothing_fits?.closest_index ?? 0];
+  const candidate = plan.candidates.find((c) => c.label === want?.label) ?? fallback;
   if (!candidate) return { plan, estimate: null, selected: null, request, ms: planMs, planMs };
   const mbs = want?.label === candidate.label && want?.mbs ? want.mbs : job.userMicroBatch ?? Math.max(1, candidate.max_micro_batch);
   const cell = cellRequest(request, candidate, mbs);

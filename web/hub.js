@@ -13,10 +13,31 @@ export function parseModelId(text) {
   return /^[A-Za-z0-9][\w.-]{0,95}\/[A-Za-z0-9][\w.-]{0,95}$/.test(s) ? s : null;
 }
 
-export const getToken = () => sessionStorage.getItem(TOKEN_KEY) ?? '';
+// Browsers deny storage to a cross-site iframe (third-party storage blocking): then even reading
+// `sessionStorage` throws. The token is then kept in memory for the life of the page.
+let memoryToken = '';
+function storage() {
+  try {
+    return window.sessionStorage;
+  } catch {
+    return null;
+  }
+}
+export function getToken() {
+  try {
+    return storage()?.getItem(TOKEN_KEY) ?? memoryToken;
+  } catch {
+    return memoryToken;
+  }
+}
 export function setToken(token) {
-  if (token) sessionStorage.setItem(TOKEN_KEY, token.trim());
-  else sessionStorage.removeItem(TOKEN_KEY);
+  memoryToken = (token ?? '').trim();
+  try {
+    if (memoryToken) storage()?.setItem(TOKEN_KEY, memoryToken);
+    else storage()?.removeItem(TOKEN_KEY);
+  } catch {
+    // storage denied: the in-memory copy is all there is
+  }
 }
 
 /** A Hub failure with a message that says what to do. kind: gated | missing | network | invalid | http */
@@ -80,6 +101,13 @@ export function fetchModel(id) {
     cache.set(key, job);
   }
   return cache.get(key);
+}
+
+/** Hub model ids for a search (api/models?search=), most downloaded first; [] when none. */
+export async function searchModels(query) {
+  const response = await hubFetch(`api/models?search=${encodeURIComponent(query)}&sort=downloads&direction=-1&limit=8`, query);
+  const list = await response.json();
+  return Array.isArray(list) ? list.map((m) => m.id ?? m.modelId).filter((id) => typeof id === 'string' && parseModelId(id) === id) : [];
 }
 
 /** Safetensors metadata → {total, dtypes: [[dtype, count]...]} or null. */

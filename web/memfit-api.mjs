@@ -21,9 +21,49 @@ export function unwrap(text) {
 
 const asText = (x) => (typeof x === 'string' ? x : JSON.stringify(x));
 
-/** Loads the module. Every function takes an object (or JSON text) and returns a plain object. */
-export async function loadMemfit(moduleOptions = {}) {
-  const m = await createMemfit(moduleOptions);
+/**
+ * The module's text functions (estimateJson, planJson, ...): each copies its argument into the
+ * module's memory as UTF-8, calls the C export, and copies the result text out.
+ */
+function textFunctions(m) {
+  const call = (fn, text) => {
+    const size = m.lengthBytesUTF8(text);
+    const ptr = m._malloc(size + 1);
+    try {
+      m.stringToUTF8(text, ptr, size + 1);
+      return m.UTF8ToString(fn(ptr, size));
+    } finally {
+      m._free(ptr);
+    }
+  };
+  return {
+    estimateJson: (text) => call(m._memfit_estimate, text),
+    planJson: (text) => call(m._memfit_plan, text),
+    parseConfigJson: (text) => call(m._memfit_parse_config, text),
+    setLibraryJson: (text) => call(m._memfit_set_library, text),
+    intakeJson: (text) => call(m._memfit_intake, text),
+    modelsJson: () => m.UTF8ToString(m._memfit_models()),
+    gpusJson: () => m.UTF8ToString(m._memfit_gpus()),
+    defaultsJson: () => m.UTF8ToString(m._memfit_defaults()),
+  };
+}
+
+/** The bundled model library (library.json next to this file), fetched while the module compiles. */
+async function fetchLibrary() {
+  const response = await fetch(new URL('./library.json', import.meta.url));
+  if (!response.ok) throw new Error(`library.json: HTTP ${response.status}`);
+  return response.text();
+}
+
+/**
+ * Loads the module and hands it the model library. Every function takes an object (or JSON
+ * text) and returns a plain object. options.library: library.json's text (Node, which cannot
+ * fetch a file URL); the rest goes to the Emscripten module.
+ */
+export async function loadMemfit({ library, ...moduleOptions } = {}) {
+  const [module, libraryText] = await Promise.all([createMemfit(moduleOptions), library ?? fetchLibrary()]);
+  const m = textFunctions(module);
+  unwrap(m.setLibraryJson(libraryText));
   return {
     estimate: (request) => unwrap(m.estimateJson(asText(request))),
     plan: (request) => unwrap(m.planJson(asText(request))),

@@ -24,13 +24,44 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
-/** fits | tight (above 90% of the GPU) | oom */
-export const fitClass = (device, capacity) => (device > capacity ? 'oom' : device > 0.9 * capacity ? 'tight' : 'fit');
-const FIT_WORDS = { fit: 'fits', tight: 'tight (over 90%)', oom: 'out of memory' };
+/**
+ * fits | tight (above 90% of the GPU) | oom (over the planner's budget: the capacity less the
+ * headroom it keeps free), so that a cell never says "tight" where its row says it does not fit.
+ */
+export const fitClass = (device, capacity, budget = capacity) =>
+  (device > budget ? 'oom' : device > 0.9 * capacity ? 'tight' : 'fit');
+const FIT_WORDS = { fit: 'fits', tight: 'tight (over 90%)', oom: 'does not fit' };
 
 const stat = (label, value, hint) => h('div', { class: 'stat' }, h('dt', {}, label), h('dd', {}, value), hint ? h('dd', { class: 'hint' }, hint) : null);
 
-export function renderRecommendation(el, result, ctx) {
+/** No layout fits: the closest one, by how much it misses, and the single changes that fit. */
+function renderNothingFits(el, plan, where, onPatch) {
+  const nf = plan.nothing_fits;
+  const closest = nf && plan.candidates[nf.closest_index];
+  const fixes = nf ? nf.suggestions.filter((s) => s.fits) : [];
+  const short = nf ? nf.suggestions.filter((s) => !s.fits) : [];
+  const item = (s) => h('li', {}, h('button', { type: 'button', class: 'link', 'data-patch': JSON.stringify(s.request_patch) }, sentence(s.text)),
+    ` → ${s.layout}, ${gib(s.per_gpu_bytes)} per GPU`);
+  el.replaceChildren(...[
+    h('p', { class: 'kicker' }, `Training on ${where}`),
+    h('p', { class: 'headline oom' }, 'Nothing fits',
+      closest ? h('span', { class: 'sub' }, ` — closest: ${closest.label}, ${gib(closest.per_gpu.device_total_bytes)} per GPU`) : null),
+    closest ? h('p', { class: 'why' }, `At micro-batch 1 it misses by ${gib(nf.missing_bytes)}: the planner allows ${gib(plan.budget_bytes)} per GPU ` +
+      `(${gib(plan.gpu.memory_bytes)} less ${Math.round(100 * (1 - plan.budget_bytes / plan.gpu.memory_bytes))}% headroom). Its breakdown is below.`) : null,
+    fixes.length ? h('p', { class: 'fix-head' }, 'Any one of these changes makes it fit (select one to apply it):') : null,
+    fixes.length ? h('ul', { class: 'fixes' }, fixes.map(item)) : null,
+    short.length ? h('p', { class: 'fix-head' }, fixes.length ? 'Not enough on their own:' : 'No single change makes it fit; on their own these come closest:') : null,
+    short.length ? h('ul', { class: 'fixes short' }, short.map(item)) : null,
+  ].filter(Boolean));
+  el.onclick = (e) => {
+    const b = e.target.closest('button[data-patch]');
+    if (b && onPatch) onPatch(JSON.parse(b.dataset.patch));
+  };
+}
+const sentence = (t) => t.charAt(0).toUpperCase() + t.slice(1);
+
+export function renderRecommendation(el, result, ctx, onPatch) {
+  el.onclick = null;
   const { plan, estimate } = result;
   const where = `${ctx.gpus} × ${ctx.gpuLabel}`;
   if (!plan) {
@@ -50,11 +81,7 @@ export function renderRecommendation(el, result, ctx) {
   }
   const r = plan.recommendation;
   if (!r) {
-    el.replaceChildren(
-      h('p', { class: 'kicker' }, `Training on ${where}`),
-      h('p', { class: 'headline oom' }, 'Nothing fits'),
-      h('p', { class: 'why' }, 'No layout fits even micro-batch 1. Try more GPUs or GPUs with more memory, LoRA or QLoRA, ' +
-        'activation checkpointing, or a shorter sequence.'));
+    renderNothingFits(el, plan, where, onPatch);
     return;
   }
   const pg = r.per_gpu;
@@ -71,7 +98,7 @@ export function renderRecommendation(el, result, ctx) {
 
 /** Columns worth showing: up to the first micro-batch where every layout is out of memory. */
 function gridColumns(plan) {
-  const cap = plan.gpu.memory_bytes;
+  const cap = plan.budget_bytes ?? plan.gpu.memory_bytes;
   let last = plan.grid_batches.findIndex((_, i) => plan.candidates.every((c) => c.grid_device_bytes[i] > cap));
   if (last < 0) last = plan.grid_batches.length - 1;
   return plan.grid_batches.map((b, i) => ({ b, i })).slice(0, Math.min(plan.grid_batches.length, Math.max(last + 1, 4)));
@@ -79,14 +106,15 @@ function gridColumns(plan) {
 
 export function renderGrid(table, plan, selected, onSelect) {
   const cap = plan.gpu.memory_bytes;
+  const budget = plan.budget_bytes ?? cap;
   const cols = gridColumns(plan);
   const head = h('tr', {}, h('th', { scope: 'col', class: 'layout' }, 'Layout'),
     cols.map(({ b }) => h('th', { scope: 'col' }, `${b}`)), h('th', { scope: 'col' }, 'Max'), h('th', { scope: 'col' }, 'Tokens/s'));
   const rows = plan.candidates.map((c, r) => h('tr', {},
-    h('th', { scope: 'row', class: 'layout', title: c.label }, c.label),
+    h('th', { scope: 'row', class: 'layout', title: c.label }, layoutName(c.label)),
     cols.map(({ b, i }) => {
       const bytes = c.grid_device_bytes[i];
-      const cls = fitClass(bytes, cap);
+      const cls = fitClass(bytes, cap, budget);
       const isSel = selected && selected.label === c.label && selected.mbs === b;
       return h('td', {
         class: `cell ${cls}${isSel ? ' selected' : ''}`, role: 'gridcell', tabindex: '-1', 'aria-selected': isSel ? 'true' : 'false',
@@ -96,8 +124,11 @@ export function renderGrid(table, plan, selected, onSelect) {
     }),
     h('td', { class: 'num' }, c.max_micro_batch ? String(c.max_micro_batch) : '–'),
     h('td', { class: 'num' }, c.fits ? num(c.tokens_per_s) : '–')));
-  table.replaceChildren(h('caption', { class: 'visually-hidden' }, 'GiB per GPU for each layout (rows) and micro-batch (columns)'),
-    h('thead', {}, head), h('tbody', {}, rows));
+  // The embed shows the first 6 rows (style.css): say how many more the full calculator has.
+  const more = rows.length > 6 ? h('tfoot', { class: 'more' }, h('tr', {}, h('td', { colspan: String(cols.length + 3) },
+    `+ ${rows.length - 6} more layouts in the full calculator (Open in memfit ↗)`))) : null;
+  table.replaceChildren(...[h('caption', { class: 'visually-hidden' }, 'GiB per GPU for each layout (rows) and micro-batch (columns)'),
+    h('thead', {}, head), h('tbody', {}, rows), more].filter(Boolean));
   const cells = [...table.querySelectorAll('td.cell')];
   const focusable = cells.find((c) => c.classList.contains('selected')) ?? cells[0];
   if (focusable) focusable.tabIndex = 0;
@@ -125,6 +156,9 @@ export function renderGrid(table, plan, selected, onSelect) {
   };
 }
 
+/** Layout names that wrap between words but never inside a degree ("tp 2" stays whole). */
+const layoutName = (label) => label.replace(/\b(tp|dp|pp) (\d+)/g, '$1\u00a0$2');
+
 const COLORS = {
   weights: '--c1', master_weights: '--c2', gradients: '--c3', optimizer_states: '--c4', paged_optimizer_states: '--c4',
   activations: '--c5', logits_loss: '--c6', kv_cache: '--c5', optimizer_step: '--c7', cublas_workspace: '--c8',
@@ -148,8 +182,8 @@ export function renderDetail(el, result, ctx) {
   const pct = (b) => `${((100 * b) / scale).toFixed(3)}%`;
   const parts = pg.breakdown.filter((c) => c.bytes > 0);
   const title = selected ? `${selected.label} · micro-batch ${selected.mbs} · per GPU` : `Per GPU (${ctx.gpus > 1 ? `tensor parallel ${ctx.gpus}` : 'one GPU'})`;
-  const cls = fitClass(pg.device_total_bytes, cap);
-  el.replaceChildren(
+  const cls = fitClass(pg.device_total_bytes, cap, result.plan?.budget_bytes ?? cap);
+  el.replaceChildren(...[
     h('h3', { id: 'detail-title' }, title),
     h('dl', { class: 'stats figures' },
       stat('Allocated', gib(pg.allocated_peak_bytes), 'torch.cuda.max_memory_allocated'),
@@ -169,16 +203,20 @@ export function renderDetail(el, result, ctx) {
         h('td', { class: 'formula' }, c.formula))))),
     h('p', { class: 'phase' }, `Peak during ${estimate.peak_phase}. `,
       estimate.phases.map((p) => `${p.phase} ${gib(p.allocated_bytes)}`).join(' · ')),
-    estimate.notes.length ? h('ul', { class: 'notes' }, estimate.notes.map((n) => h('li', {}, n))) : null);
+    estimate.notes.length ? h('ul', { class: 'notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
+  ].filter(Boolean));
 }
 
 export function toMarkdown(result, ctx) {
   const { plan, estimate, selected } = result;
+  const req = ctx.request;
+  const shape = req.task === 'inference'
+    ? `batch ${num(req.inference.batch_size)} × context ${num(req.inference.context_length)} tokens`
+    : `sequence length ${num(req.sequence_length)}`;
   const lines = [`# memfit: ${ctx.modelName} on ${ctx.gpus} × ${ctx.gpuLabel}`, '',
-    `Task ${ctx.request.task}, precision ${ctx.request.precision}, sequence length ${ctx.request.sequence_length}` +
-    (ctx.request.quantization ? `, quantization ${ctx.request.quantization}` : '') + '.', ''];
+    `Task ${req.task}, precision ${req.precision}, ${shape}` + (req.quantization ? `, quantization ${req.quantization}` : '') + '.', ''];
   if (plan) {
-    lines.push(plan.recommendation ? `**Recommendation:** ${plan.recommendation_text}` : '**Nothing fits.**', '',
+    lines.push(plan.recommendation ? `**Recommendation:** ${plan.recommendation_text}` : `**Nothing fits:** ${plan.recommendation_text}.`, '',
       '| Layout | Max micro-batch | GiB per GPU | Tokens/s | CPU RAM GiB |', '|---|---:|---:|---:|---:|',
       ...plan.candidates.map((c) => `| ${c.label} | ${c.max_micro_batch || 'OOM'} | ${(c.per_gpu.device_total_bytes / GiB).toFixed(1)} | ` +
         `${c.fits ? num(c.tokens_per_s) : '–'} | ${c.cpu_ram_bytes ? (c.cpu_ram_bytes / GiB).toFixed(1) : ''} |`), '');
@@ -190,8 +228,9 @@ export function toMarkdown(result, ctx) {
       (estimate.cpu_ram_bytes ? ` · CPU RAM ${gib(estimate.cpu_ram_bytes)}` : ''), '');
     if (estimate.inference) {
       const inf = estimate.inference;
-      lines.push(`KV cache ${bytesShort(inf.kv_cache_bytes_per_token)} per token; largest batch at context ${inf.max_batch_at_context}; ` +
-        `longest context at batch ${inf.max_context_at_batch}.`, '');
+      lines.push(`KV cache: ${bytesShort(inf.kv_cache_bytes_per_token)} per token. ` +
+        `Largest batch at ${num(req.inference.context_length)} tokens of context: ${inf.max_batch_at_context ? num(inf.max_batch_at_context) : 'none fits'}. ` +
+        `Longest context at batch ${num(req.inference.batch_size)}: ${inf.max_context_at_batch ? `${num(inf.max_context_at_batch)} tokens` : 'none fits'}.`, '');
     }
     lines.push('| Component | GiB |', '|---|---:|', ...pg.breakdown.map((c) => `| ${pretty(c.name)} | ${(c.bytes / GiB).toFixed(2)} |`), '');
   }

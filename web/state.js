@@ -14,9 +14,10 @@ const KV_BITS = { 16: 'bf16', 32: 'fp32', 8: 'fp8', 4: 'int4' };
 export function defaultState(coreDefaults) {
   const r = coreDefaults.request;
   return {
-    model: r.model.id ?? '', cfg: '', task: r.task, precision: r.precision, quant: r.quantization, optimizer: r.optimizer,
+    // precision and LoRA targets: the core's per-model, per-framework choice unless the user picks
+    model: r.model.id ?? '', cfg: '', task: r.task, precision: 'auto', quant: r.quantization, optimizer: r.optimizer,
     seq: r.sequence_length, mbs: null, gas: r.gradient_accumulation_steps, ckpt: r.gradient_checkpointing, attn: r.attention,
-    rank: r.lora.rank, alpha: r.lora.alpha, targets: Array.isArray(r.lora.targets) ? r.lora.targets.join(',') : r.lora.targets,
+    rank: r.lora.rank, alpha: r.lora.alpha, targets: '',
     adapter: r.lora.adapter_dtype, ibatch: r.inference.batch_size, ictx: r.inference.context_length,
     kv: KV_BITS[r.inference.kv_cache_bits] ?? 'bf16', gpu: r.gpu.name, mem: r.gpu.memory_gib, gpus: r.num_gpus,
     gpn: r.parallelism.gpus_per_node, sel: '',
@@ -82,15 +83,17 @@ export function decodeConfig(text) {
 /** The core request for state `s` and a model reference ({id} or {config, id?}). */
 export function buildRequest(s, model) {
   const r = {
-    model, task: s.task, precision: s.precision, optimizer: s.optimizer, sequence_length: s.seq,
+    model, task: s.task, optimizer: s.optimizer, sequence_length: s.seq,
     gradient_accumulation_steps: s.gas, gradient_checkpointing: s.ckpt, attention: s.attn, num_gpus: s.gpus,
     gpu: s.gpu === 'custom' ? { memory_gib: s.mem } : { name: s.gpu }, parallelism: s.gpn ? { gpus_per_node: s.gpn } : {},
   };
+  if (s.precision !== 'auto') r.precision = s.precision;
   if (s.quant && s.quant !== 'none') r.quantization = s.quant;
   if (s.mbs != null) r.micro_batch_size = s.mbs;
   if (s.task === 'lora' || s.task === 'qlora') {
-    const targets = s.targets.trim() === 'all-linear' ? 'all-linear' : s.targets.split(/[\s,]+/).filter(Boolean);
-    r.lora = { rank: s.rank, alpha: s.alpha, targets, adapter_dtype: s.adapter };
+    r.lora = { rank: s.rank, alpha: s.alpha, adapter_dtype: s.adapter };
+    if (s.targets.trim() === 'all-linear') r.lora.targets = 'all-linear';
+    else if (s.targets.trim()) r.lora.targets = s.targets.split(/[\s,]+/).filter(Boolean);
   }
   if (s.task === 'inference') {
     r.inference = { batch_size: s.ibatch, context_length: s.ictx, kv_cache_dtype: s.kv };

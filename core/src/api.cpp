@@ -58,6 +58,32 @@ std::string guarded(F f) {
   }
 }
 
+/// The request fields a suggestion changes, as a patch to merge into the request.
+json suggestion_json(const Suggestion& s) {
+  static const char* const kNames[] = {"gradient_checkpointing", "lora", "qlora", "sequence_length", "num_gpus"};
+  json patch;
+  switch (s.change) {
+    case Change::Checkpointing: patch = {{"gradient_checkpointing", true}}; break;
+    case Change::Lora: patch = {{"task", "lora"}}; break;
+    case Change::Qlora: patch = {{"task", "qlora"}, {"quantization", "nf4"}}; break;
+    case Change::SequenceLength: patch = {{"sequence_length", s.value}}; break;
+    case Change::NumGpus: patch = {{"num_gpus", s.value}}; break;
+  }
+  return {{"change", kNames[static_cast<int>(s.change)]}, {"text", s.text}, {"request_patch", patch},
+          {"layout", s.layout}, {"per_gpu_bytes", s.per_gpu_bytes}, {"fits", s.fits}};
+}
+
+json nothing_fits_json(const Plan& p) {
+  if (!p.nothing_fits) return nullptr;
+  const NothingFits& nf = *p.nothing_fits;
+  json suggestions = json::array();
+  for (const Suggestion& s : nf.suggestions) suggestions.push_back(suggestion_json(s));
+  return {{"closest", p.candidates[nf.closest].label},
+          {"closest_index", nf.closest},
+          {"missing_bytes", nf.missing_bytes},
+          {"suggestions", suggestions}};
+}
+
 }  // namespace
 
 Request request_from_json(const json& request) { return parse_request(request, bundled_config); }
@@ -155,6 +181,8 @@ std::string plan_json(std::string_view request_json) {
                             {"cpu_ram_bytes", c.at_max.cpu_ram_bytes},
                             {"grid_device_bytes", c.grid_device_bytes}});
     }
+    json skipped = json::array();
+    for (const SkippedLayout& s : p.skipped) skipped.push_back({{"label", s.label}, {"error", s.error}});
     json j = {{"version", kVersion},
               {"model", model_json(r.model, r.model_id)},
               {"params", params_json(count_params(r.model), 0)},
@@ -165,6 +193,9 @@ std::string plan_json(std::string_view request_json) {
               {"candidates", candidates},
               {"recommendation", p.recommended >= 0 ? candidates[static_cast<size_t>(p.recommended)] : json(nullptr)},
               {"recommendation_text", p.recommendation},
+              {"budget_bytes", p.budget_bytes},
+              {"nothing_fits", nothing_fits_json(p)},
+              {"skipped", skipped},
               {"llmem_choice", p.llmem_choice},
               {"assumed_mfu", p.mfu}};
     return j;
@@ -195,6 +226,13 @@ std::string models_json() {
       list.push_back(entry);
     }
     return list;
+  });
+}
+
+std::string set_library_json(std::string_view library_json) {
+  return guarded([&] {
+    set_bundled_library(library_json);
+    return json{{"models", bundled_models().size()}};
   });
 }
 

@@ -3,15 +3,61 @@
 #include <algorithm>
 #include <cctype>
 #include <nlohmann/json.hpp>
+#include <vector>
+
+#include "memfit/error.hpp"
 
 namespace memfit {
 
+#ifndef MEMFIT_RUNTIME_LIBRARY
 namespace detail {
 extern const BundledModel kBundledModels[];
 extern const unsigned long kBundledModelCount;
 }  // namespace detail
+#endif
 
-std::span<const BundledModel> bundled_models() { return {detail::kBundledModels, detail::kBundledModelCount}; }
+namespace {
+
+/// A library handed over at run time (set_bundled_library): the texts and the entries that
+/// point into them.
+struct RuntimeLibrary {
+  bool loaded = false;
+  std::vector<std::string> ids, configs;
+  std::vector<BundledModel> models;
+};
+
+RuntimeLibrary& runtime_library() {
+  static RuntimeLibrary library;
+  return library;
+}
+
+}  // namespace
+
+std::span<const BundledModel> bundled_models() {
+  if (runtime_library().loaded) return runtime_library().models;
+#ifdef MEMFIT_RUNTIME_LIBRARY
+  return {};
+#else
+  return {detail::kBundledModels, detail::kBundledModelCount};
+#endif
+}
+
+void set_bundled_library(std::string_view library_json) {
+  const nlohmann::json list = nlohmann::json::parse(library_json, nullptr, false);
+  if (!list.is_array()) throw Error("the model library is not a JSON array of {\"id\", \"partial\", \"config\"}");
+  RuntimeLibrary next;
+  for (const nlohmann::json& entry : list) {
+    if (!entry.is_object() || !entry.contains("id") || !entry["id"].is_string() || !entry.contains("config"))
+      throw Error("every model library entry needs \"id\" and \"config\"");
+    next.ids.push_back(entry["id"].get<std::string>());
+    next.configs.push_back(entry["config"].dump());
+  }
+  // The entries point into the strings: build them once the vectors no longer grow.
+  for (size_t i = 0; i < list.size(); ++i)
+    next.models.push_back({next.ids[i].c_str(), next.configs[i].c_str(), list[i].value("partial", false)});
+  next.loaded = true;
+  runtime_library() = std::move(next);
+}
 
 bool bundled_config(const std::string& id, nlohmann::json& out) {
   auto lower = [](std::string s) {

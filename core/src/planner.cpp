@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
@@ -162,6 +163,109 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+/// GPU memory one layout may use: the capacity less the planner's headroom (allocator spikes,
+/// other processes).
+u64 budget(const Request& r) { return r.gpu.memory_bytes - detail::scale(r.gpu.memory_bytes, r.headroom_permille, 1000); }
+
+/// The layout of `r` with the smallest device total at micro-batch 1; bytes 0 when every layout
+/// fails to estimate.
+struct Closest {
+  std::string label;
+  u64 bytes = 0;
+};
+Closest closest_at_one(Request r) {
+  Closest best;
+  r.micro_batch_size = 1;
+  for (const LayoutSpec& ls : layouts(r)) {
+    r.parallelism = ls.p;
+    try {
+      const u64 bytes = estimate(r).device_total_bytes;
+      if (best.bytes == 0 || bytes < best.bytes) best = {ls.label, bytes};
+    } catch (const Error&) {
+      // a layout that does not apply to the changed request is no answer
+    }
+  }
+  return best;
+}
+
+std::optional<Suggestion> try_change(Change change, u64 value, std::string text, const Request& changed) {
+  const Closest c = closest_at_one(changed);
+  if (c.bytes == 0) return std::nullopt;
+  return Suggestion{change, value, std::move(text), c.label, c.bytes, c.bytes <= budget(changed)};
+}
+
+/// Halves (sequence length) or doubles (GPU count) until something fits: the first value that
+/// fits, or the last one tried when none does.
+template <class Apply>
+std::optional<Suggestion> search_change(Change change, u64 from, bool halve, u64 limit, const Request& r, Apply apply) {
+  std::optional<Suggestion> last;
+  for (u64 v = halve ? from / 2 : from * 2; halve ? v >= limit : v <= limit; v = halve ? v / 2 : v * 2) {
+    Request changed = r;
+    apply(changed, v);
+    const std::string text = change == Change::SequenceLength
+                                 ? "sequence length " + std::to_string(v) + " instead of " + std::to_string(from)
+                                 : std::to_string(v) + " GPUs instead of " + std::to_string(from);
+    if (auto s = try_change(change, v, text, changed)) {
+      last = s;
+      if (s->fits) break;
+    }
+  }
+  return last;
+}
+
+/// The single changes worth trying when nothing fits, skipping what the request already does.
+/// CPU offload is not among them: the plan's offload layouts already try it.
+std::vector<Suggestion> suggestions(const Request& r) {
+  std::vector<std::optional<Suggestion>> found;
+  if (!r.gradient_checkpointing) {
+    Request c = r;
+    c.gradient_checkpointing = true;
+    found.push_back(try_change(Change::Checkpointing, 0, "turn on activation checkpointing", c));
+  }
+  if (r.task == Task::Full) {
+    Request c = r;
+    c.task = Task::Lora;
+    found.push_back(try_change(Change::Lora, 0, "train LoRA adapters instead of every weight", c));
+  }
+  if (r.task == Task::Full || r.task == Task::Lora) {
+    Request c = r;
+    c.task = Task::Qlora;
+    c.quantization = Quantization::Nf4;
+    found.push_back(try_change(Change::Qlora, 0, "QLoRA: LoRA adapters over 4-bit (NF4) base weights", c));
+  }
+  found.push_back(search_change(Change::SequenceLength, r.sequence_length, true, 128, r,
+                                [](Request& c, u64 v) { c.sequence_length = v; }));
+  found.push_back(search_change(Change::NumGpus, r.num_gpus, false, std::max<u64>(r.num_gpus, 1) * 1024, r,
+                                [](Request& c, u64 v) { c.num_gpus = v; }));
+  std::vector<Suggestion> out;
+  for (auto& s : found)
+    if (s) out.push_back(std::move(*s));
+  std::stable_partition(out.begin(), out.end(), [](const Suggestion& s) { return s.fits; });
+  return out;
+}
+
+/// Which layout misses by least, by how much, and what would make something fit.
+NothingFits nothing_fits(const Plan& p, const Request& r) {
+  NothingFits nf;
+  for (size_t i = 1; i < p.candidates.size(); ++i)
+    if (p.candidates[i].at_max.device_total_bytes < p.candidates[nf.closest].at_max.device_total_bytes) nf.closest = i;
+  nf.missing_bytes = p.candidates[nf.closest].at_max.device_total_bytes - p.budget_bytes;
+  nf.suggestions = suggestions(r);
+  return nf;
+}
+
+std::string nothing_fits_text(const Plan& p, const NothingFits& nf) {
+  const PlanCandidate& c = p.candidates[nf.closest];
+  std::string text = "nothing fits at micro-batch 1: the closest layout, " + c.label + ", needs " +
+                     gib(c.at_max.device_total_bytes) + " per GPU, " + gib(nf.missing_bytes) + " over the " +
+                     gib(p.budget_bytes) + " budget";
+  std::string fixes;
+  for (const Suggestion& s : nf.suggestions)
+    if (s.fits) fixes += (fixes.empty() ? "" : "; ") + s.text + " (" + s.layout + ", " + gib(s.per_gpu_bytes) + ")";
+  return text + (fixes.empty() ? "; no single change fits: combine them, or use GPUs with more memory"
+                               : "; any one of these fits: " + fixes);
+}
+
 }  // namespace
 
 Plan plan(const Request& base) {
@@ -170,6 +274,7 @@ Plan plan(const Request& base) {
   out.mfu = kMfu;
   const ParamCounts pc = count_params(base.model);
   for (u64 b = 1; b <= 512; b *= 2) out.grid_batches.push_back(b);
+  out.budget_bytes = budget(base);
   for (const LayoutSpec& ls : layouts(base)) {
     Request r = base;
     r.parallelism = ls.p;
@@ -184,8 +289,7 @@ Plan plan(const Request& base) {
       r.micro_batch_size = micro;
       return memo.emplace(micro, estimate(r)).first->second;
     };
-    // the planner keeps `headroom` of every GPU free (allocator spikes, other processes)
-    const u64 mem = base.gpu.memory_bytes - detail::scale(base.gpu.memory_bytes, base.headroom_permille, 1000);
+    const u64 mem = out.budget_bytes;
     auto fits = [&](u64 micro) { return at(micro).device_total_bytes <= mem; };
     try {
       // largest fitting micro-batch: memory grows monotonically with the micro-batch
@@ -202,8 +306,9 @@ Plan plan(const Request& base) {
       c.max_micro_batch = lo;
       c.at_max = at(std::max<u64>(1, lo));
       for (u64 b : out.grid_batches) c.grid_device_bytes.push_back(at(b).device_total_bytes);
-    } catch (const Error&) {
-      continue;  // this layout does not apply to the model (e.g. heads not divisible by tp)
+    } catch (const Error& e) {
+      out.skipped.push_back({ls.label, e.what()});  // this layout does not apply to the model
+      continue;
     }
     if (c.max_micro_batch > 0) {
       const StepTime t = step_time(base, ls.p, pc, c.at_max.trainable_params, c.max_micro_batch);
@@ -217,6 +322,9 @@ Plan plan(const Request& base) {
     }
     out.candidates.push_back(std::move(c));
   }
+  // An error no layout escapes is the request's, not a fit: say it (e.g. LoRA targets that match
+  // no layer of this model) rather than "nothing fits".
+  if (out.candidates.empty() && !out.skipped.empty()) throw Error(out.skipped.front().error);
   std::stable_sort(out.candidates.begin(), out.candidates.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
     if ((a.max_micro_batch > 0) != (b.max_micro_batch > 0)) return a.max_micro_batch > 0;
     return a.tokens_per_s > b.tokens_per_s;
@@ -260,8 +368,9 @@ Plan plan(const Request& base) {
              std::to_string(next.max_micro_batch) + ": " + reason;
     }
     out.recommendation = why;
-  } else {
-    out.recommendation = "nothing fits at micro-batch 1: use more GPUs, LoRA/QLoRA, activation checkpointing or CPU offload";
+  } else if (!out.candidates.empty()) {
+    out.nothing_fits = nothing_fits(out, base);
+    out.recommendation = nothing_fits_text(out, *out.nothing_fits);
   }
   // LLMem (Kim et al. 2024, Algorithm 1): eval = CDP: bs*gpus*1.5, ADP (ZeRO-3): bs*gpus,
   // TP: bs, DP+TP: bs*dp; pick the largest.

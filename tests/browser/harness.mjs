@@ -16,22 +16,29 @@ const FIXTURES = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtur
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.css': 'text/css',
   '.wasm': 'application/wasm', '.svg': 'image/svg+xml', '.json': 'application/json' };
 
-/** A static file server over `root`; resolves to {url, close}. */
-export function serve(root = SITE) {
+/**
+ * A static file server over `root`; resolves to {url, port, close}. It sends CORS headers, as
+ * GitHub Pages does: a host page on another site loads memfit-calculator.js as a module script.
+ * `pages` maps extra paths to HTML (host pages for the embed tests).
+ */
+export function serve(root = SITE, pages = {}) {
   const server = createServer(async (req, res) => {
-    const rel = decodeURIComponent(new URL(req.url, 'http://x').pathname).replace(/\/$/, '/index.html');
+    const pathname = new URL(req.url, 'http://x').pathname;
+    if (pages[pathname]) return res.writeHead(200, { 'content-type': 'text/html', 'cache-control': 'no-store' }).end(pages[pathname]);
+    const rel = decodeURIComponent(pathname).replace(/\/$/, '/index.html');
     const file = path.join(root, path.normalize(rel));
     if (!file.startsWith(root)) return res.writeHead(403).end();
     try {
       const body = await readFile(file);
-      res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' });
+      res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store',
+        'access-control-allow-origin': '*' });
       res.end(body);
     } catch {
       res.writeHead(404).end('not found');
     }
   });
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({
-    url: `http://127.0.0.1:${server.address().port}/`, close: () => new Promise((r) => server.close(r)),
+    url: `http://127.0.0.1:${server.address().port}/`, port: server.address().port, close: () => new Promise((r) => server.close(r)),
   })));
 }
 
@@ -50,11 +57,12 @@ export async function launch() {
  * a function returning {status, body} (or 'abort' for a network failure). Anything that is
  * neither the local server nor huggingface.co is aborted. Records every Hub request.
  */
-export async function hermeticContext(browser, base, hub, options = {}) {
+export async function hermeticContext(browser, base, hub, { allow = [], ...options } = {}) {
   const context = await browser.newContext({ acceptDownloads: true, ...options });
   const hubRequests = [];
   const leaks = [];
-  await context.route((u) => !u.href.startsWith(base) && !u.href.startsWith('https://huggingface.co/'), (route) => {
+  const local = [base, ...allow];
+  await context.route((u) => !local.some((b) => u.href.startsWith(b)) && !u.href.startsWith('https://huggingface.co/'), (route) => {
     leaks.push(route.request().url());
     return route.abort();
   });
@@ -75,7 +83,7 @@ export async function openPage(context, url) {
   page.on('pageerror', (e) => errors.push(e.message));
   page.on('console', (m) => m.type() === 'error' && !/Failed to load resource/.test(m.text()) && errors.push(m.text()));
   await page.goto(url);
-  await page.waitForSelector('body[data-ready="true"], #model-status.error', { timeout: 20000 });
+  await page.waitForSelector('body[data-ready="true"], #model-status.error, #error:not([hidden])', { timeout: 20000 });
   return { page, errors };
 }
 

@@ -67,6 +67,7 @@ test('a newcomer types a Hub id and results appear', async () => {
   hubMode = 'up';
   const { page, errors, hubRequests, leaks, context } = await fresh();
   await page.fill('#model', 'https://huggingface.co/Qwen/Qwen2.5-Coder-7B-Instruct/tree/main');
+  await page.press('#model', 'Enter');
   await waitStatus(page, /From huggingface\.co · qwen2 · 7\.62B parameters/);
   await page.waitForFunction(() => document.querySelector('#recommendation').textContent.includes('Recommended'));
   assert.match(await text(page, '#model-status'), /Hub safetensors: 7\.62B stored as BF16/);
@@ -133,6 +134,7 @@ test('copy link, JSON and Markdown exports', async () => {
 test('a gated model answering 401 explains the licence and the token; the token is sent only to the Hub', async () => {
   const { page, hubRequests, context } = await fresh();
   await page.fill('#model', 'meta-llama/Llama-3.3-70B-Instruct');
+  await page.press('#model', 'Enter');
   await waitStatus(page, /gated or private \(HTTP 401\)/);
   const message = await text(page, '#model-status');
   assert.match(message, /Accept its licence on huggingface\.co\/meta-llama\/Llama-3\.3-70B-Instruct/);
@@ -152,8 +154,10 @@ test('a gated model answering 401 explains the licence and the token; the token 
 test('a malformed config gives a clear error (from the Hub, pasted, and one without sizes)', async () => {
   const { page, context } = await fresh();
   await page.fill('#model', 'broken/config');
+  await page.press('#model', 'Enter');
   await waitStatus(page, /config\.json for broken\/config is not valid JSON/);
   await page.fill('#model', 'broken/sizes');
+  await page.press('#model', 'Enter');
   await page.waitForFunction(() => !document.querySelector('#error').hidden &&
     /hidden_size|num_hidden_layers|size/i.test(document.querySelector('#error').textContent));
   await page.click('#config-box summary');
@@ -165,7 +169,7 @@ test('a malformed config gives a clear error (from the Hub, pasted, and one with
   await waitStatus(page, /Pasted config\.json · qwen2 · 7\.62B/);
   assert.match(page.url(), /cfg=/);
   const other = await fresh(undefined, page.url());
-  await waitStatus(other.page, /Pasted config\.json · qwen2 · 7\.62B/);
+  await waitStatus(other.page, /config\.json from the link · qwen2 · 7\.62B/);
   await other.context.close();
   await context.close();
 });
@@ -175,7 +179,9 @@ test('with the Hub unreachable the page says so and bundled models still work', 
   try {
     const { page, context } = await fresh();
     await page.fill('#model', 'Qwen/Qwen2.5-Coder-7B-Instruct');
+    await page.press('#model', 'Enter');
     await waitStatus(page, /Could not reach huggingface\.co/);
+    assert.ok(await page.locator('#config-text').isVisible(), 'an unreachable Hub opens the paste/upload box');
     assert.match(await text(page, '#model-status'), /bundled model/);
     assert.match(await text(page, '#error'), /unreachable/);
     await screenshot(page, 'desktop-offline');
@@ -194,6 +200,7 @@ test('with the Hub unreachable the page says so and bundled models still work', 
 test('a pre-quantized checkpoint presets its quantization', async () => {
   const { page, context } = await fresh();
   await page.fill('#model', 'TheBloke/Llama-2-7B-GPTQ');
+  await page.press('#model', 'Enter');
   await waitStatus(page, /Pre-quantized checkpoint \(GPTQ 4-bit\)/);
   assert.equal(await page.inputValue('#quant'), 'gptq_int4');
   assert.equal(await page.inputValue('#task'), 'lora');
@@ -248,4 +255,12 @@ test('embed mode: a compact calculator for a fixed model', async () => {
   await screenshot(page, 'embed');
   assert.deepEqual(errors, []);
   await context.close();
+  // the hash form works too, and a big plan says how many layouts the embed leaves out
+  const hashed = await fresh({ viewport: { width: 720, height: 900 } }, `${server.url}#embed=1&model=meta-llama/Llama-3.1-70B&gpus=16&gpu=H100-80GB`);
+  assert.ok(await hashed.page.locator('.model-card').isHidden());
+  assert.equal(await hashed.page.inputValue('#gpu'), 'H100-SXM-80GB', 'a GPU alias becomes the catalog entry');
+  const rows = await hashed.page.evaluate(() => window.memfit.result.plan.candidates.length);
+  assert.match(await text(hashed.page, '#grid tfoot'), new RegExp(`\\+ ${rows - 6} more layouts`));
+  await screenshot(hashed.page, 'embed-70b-16-gpus');
+  await hashed.context.close();
 });

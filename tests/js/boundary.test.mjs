@@ -43,8 +43,9 @@ test('inference estimates carry the KV-cache figures', () => {
 
 test('plan: candidates with a grid row per layout', () => {
   const p = api.plan({ ...llama, num_gpus: 8 });
-  assert.deepEqual(keys(p), ['assumed_mfu', 'candidates', 'gpu', 'gpus_per_node', 'grid_batches', 'llmem_choice', 'model', 'num_gpus',
-    'params', 'recommendation', 'recommendation_text', 'version']);
+  assert.deepEqual(keys(p), ['assumed_mfu', 'budget_bytes', 'candidates', 'gpu', 'gpus_per_node', 'grid_batches', 'llmem_choice', 'model',
+    'nothing_fits', 'num_gpus', 'params', 'recommendation', 'recommendation_text', 'skipped', 'version']);
+  assert.equal(p.nothing_fits, null);
   assert.equal(p.num_gpus, 8);
   assert.ok(p.candidates.length > 3);
   for (const c of p.candidates) {

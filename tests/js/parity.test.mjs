@@ -69,8 +69,7 @@ const models = ['meta-llama/Llama-2-7b-hf', 'meta-llama/Llama-3.1-8B', 'Qwen/Qwe
 const precisions = ['fp32', 'amp_bf16', 'amp_fp16', 'bf16', 'fp16'];
 models.forEach((m, i) => {
   add('estimate', `full ${m} ${precisions[i % 5]}`, { model: id(m), precision: precisions[i % 5], micro_batch_size: 1 + (i % 3),
-    sequence_length: 512 * (1 + (i % 4)), gradient_checkpointing: i % 2 === 0,
-    attention: m === 'google/gemma-2-2b' ? 'auto' : ['eager', 'sdpa', 'flash_attention_2'][i % 3] });  // Gemma-2 has no SDPA path
+    sequence_length: 512 * (1 + (i % 4)), gradient_checkpointing: i % 2 === 0, attention: ['eager', 'auto', 'flash_attention_2'][i % 3] }); // auto: gemma-2 has no sdpa path
 });
 add('estimate', 'lora all-linear', { model: id('meta-llama/Llama-3.1-8B'), task: 'lora', lora: { rank: 64, alpha: 16, targets: 'all-linear' }, precision: 'bf16' });
 add('estimate', 'lora q,v fp32 adapters', { model: id('mistralai/Mistral-7B-v0.1'), task: 'lora', lora: { rank: 8, targets: ['q_proj', 'v_proj'], adapter_dtype: 'fp32' } });

@@ -22,6 +22,9 @@ namespace memfit {
 [[nodiscard]] std::string parse_config_json(std::string_view config_json);
 /// Bundled model library: [{"id", "model_type", "params"}].
 [[nodiscard]] std::string models_json();
+/// Replaces the bundled library with library.json's text (the WebAssembly module starts without
+/// one): {"models": count} or {"error": ...}.
+[[nodiscard]] std::string set_library_json(std::string_view library_json);
 /// GPU catalog.
 [[nodiscard]] std::string gpus_json();
 /// Every request field with its default value and the accepted values.

@@ -1,0 +1,222 @@
+// What a new user hits first: finding a model by the name people say, errors next to the
+// control in the form's words, the last result kept (marked stale) while a field is invalid,
+// warnings on absurd values, "nothing fits" with the closest layout and the changes that fit,
+// a core error never shown as "nothing fits", and the phone layout. Hub answered from fixtures.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { serve, launch, hermeticContext, openPage, screenshot, ROOT } from './harness.mjs';
+import path from 'node:path';
+
+let server;
+let browser;
+let hubMode = 'up';
+const olmo = await readFile(path.join(ROOT, 'tests/browser/fixtures/qwen2.5-7b.config.json'), 'utf8');
+
+async function hub(url) {
+  if (hubMode === 'down') return 'abort';
+  if (url.pathname === '/api/models' && url.searchParams.get('search'))
+    return { body: JSON.stringify([{ id: 'allenai/OLMo-2-1124-7B' }, { id: 'allenai/OLMo-2-1124-13B' }]) };
+  if (url.pathname === '/allenai/OLMo-2-1124-7B/resolve/main/config.json') return { body: olmo };
+  return { status: 404, body: '{"error":"Repository not found"}' };
+}
+
+before(async () => {
+  server = await serve();
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+async function fresh(hash = '', options = { viewport: { width: 1366, height: 900 } }) {
+  const env = await hermeticContext(browser, server.url, hub, options);
+  const { page, errors } = await openPage(env.context, `${server.url}${hash}`);
+  return { ...env, page, errors };
+}
+const text = (page, sel) => page.locator(sel).innerText();
+const computed = (page) => page.evaluate(() => Number(document.body.dataset.computed));
+const waitText = (page, sel, re) => page.waitForFunction(([s, src]) => new RegExp(src).test(document.querySelector(s)?.textContent ?? ''), [sel, re.source]);
+
+test('model search forgives case, spaces, hyphens and a missing org; several matches list', async () => {
+  const { page, errors, hubRequests, context } = await fresh();
+  for (const [typed, id] of [['llama 3.1 8b', 'meta-llama/Llama-3.1-8B'], ['Qwen2.5-7B', 'Qwen/Qwen2.5-7B']]) {
+    await page.fill('#model', typed);
+    await waitText(page, '#model-status', /^Bundled config/);
+    await page.waitForFunction((want) => decodeURIComponent(location.hash).includes(`model=${want}`), id);
+    await page.locator('#model').blur();
+    assert.equal(await page.inputValue('#model'), id);
+  }
+  await page.fill('#model', 'mixtral');
+  await waitText(page, '#model-suggest', /bundled models match "mixtral"/);
+  const offered = await page.locator('#model-suggest button').allInnerTexts();
+  assert.ok(offered.length >= 2 && offered.every((id) => /mixtral/i.test(id)), offered.join());
+  assert.ok(await page.locator('#recommendation').isVisible(), 'the last result stays while choosing');
+  assert.ok(await page.locator('#error').isHidden(), 'choosing is not an error');
+  await screenshot(page, 'search-mixtral');
+  const before = await computed(page);
+  await page.locator('#model-suggest button').first().click();
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, before);
+  assert.equal(await page.inputValue('#model'), offered[0]);
+  assert.deepEqual(hubRequests.filter((r) => r.url.includes('/resolve/')), [], 'bundled names never reach the Hub');
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test('no Hub request for a half-typed id; the Hub search lists ids; Enter loads one', async () => {
+  const { page, hubRequests, context } = await fresh();
+  await page.locator('#model').fill('');
+  await page.locator('#model').pressSequentially('allenai/OLMo-2-1124-7B', { delay: 40 });
+  await page.waitForTimeout(700);
+  assert.deepEqual(hubRequests.map((r) => r.url), [], 'typing an id sends nothing to the Hub');
+  assert.match(await text(page, '#model-status'), /press Enter to load it from huggingface\.co/);
+  await page.press('#model', 'Enter');
+  await waitText(page, '#model-status', /From huggingface\.co · qwen2/);
+  assert.equal(hubRequests.filter((r) => r.url.endsWith('/allenai/OLMo-2-1124-7B/resolve/main/config.json')).length, 1);
+  // a name that no bundled model has: the Hub's search API offers ids
+  await page.fill('#model', 'olmo 2');
+  await waitText(page, '#model-suggest', /On huggingface\.co/);
+  assert.ok(hubRequests.some((r) => r.url.startsWith('https://huggingface.co/api/models?search=olmo%202')));
+  assert.deepEqual(await page.locator('#model-suggest button').allInnerTexts(), ['allenai/OLMo-2-1124-7B', 'allenai/OLMo-2-1124-13B']);
+  await context.close();
+});
+
+test('Hub unreachable: the paste box opens, and the model field follows a pasted or uploaded config', async () => {
+  hubMode = 'down';
+  try {
+    const { page, context } = await fresh();
+    await page.fill('#model', 'allenai/OLMo-2-1124-7B');
+    await page.press('#model', 'Enter');
+    await waitText(page, '#model-status', /Could not reach huggingface\.co/);
+    assert.ok(await page.locator('#config-text').isVisible());
+    await page.setInputFiles('#config-file', { name: 'qwen-config.json', mimeType: 'application/json', buffer: Buffer.from(olmo) });
+    await waitText(page, '#model-status', /Uploaded qwen-config\.json · qwen2 · 7\.62B/);
+    assert.equal(await page.inputValue('#model'), 'qwen-config.json');
+    const [md] = await Promise.all([page.waitForEvent('download'), page.click('#export-md')]);
+    assert.equal(md.suggestedFilename(), 'memfit-qwen-config.md');
+    await page.click('#config-clear');
+    await waitText(page, '#model-status', /Could not reach/);
+    assert.equal(await page.inputValue('#model'), 'allenai/OLMo-2-1124-7B');
+    // the upload label shows keyboard focus
+    await page.locator('#config-text').focus();
+    await page.keyboard.press('Tab');
+    assert.equal(await page.evaluate(() => document.activeElement.id), 'config-file');
+    const outline = await page.evaluate(() => getComputedStyle(document.querySelector('label[for="config-file"]')).outlineStyle);
+    assert.equal(outline, 'solid');
+    await context.close();
+  } finally {
+    hubMode = 'up';
+  }
+});
+
+test('an invalid field: the message sits next to it in the form\'s words, the last result stays marked stale', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B');
+  const reco = await text(page, '#recommendation');
+  await page.fill('#seq', '');
+  await page.waitForSelector('#seq[aria-invalid="true"]');
+  assert.match(await text(page, '#msg-seq'), /^Sequence length: enter a number/);
+  assert.ok(await page.locator('#recommendation').isVisible());
+  assert.equal(await text(page, '#recommendation'), reco);
+  assert.ok(await page.locator('#results.stale').count() === 1);
+  assert.match(await text(page, '#error'), /last valid setup/);
+  await screenshot(page, 'invalid-field-stale');
+  await page.fill('#seq', '4096');
+  await page.waitForFunction(() => !document.querySelector('#results').classList.contains('stale'));
+  assert.equal(await page.locator('#seq[aria-invalid]').count(), 0);
+  // a limit only the core knows: its message, in the label's words, next to the field
+  await page.fill('#seq', '99999999999');
+  await waitText(page, '#msg-seq', /Sequence length must be a whole number from 1 to 1,073,741,824 \(not 99,999,999,999\)/);
+  await page.fill('#seq', '2048');
+  // absurd but valid values: a warning, and a result
+  const before = await computed(page);
+  await page.fill('#gpus', '1000000');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, before);
+  assert.match(await text(page, '#msg-gpus'), /1,000,000 is more GPUs than the largest clusters hold/);
+  await page.fill('#gas', '1000000000');
+  await waitText(page, '#msg-gas', /typical values are 1 to 64/);
+  assert.equal(await page.locator('#results.stale').count(), 0);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test('nothing fits: the closest layout, how far it misses, and single changes that fit, each applicable', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-70B&gpu=A100-80GB&gpus=8&seq=8192');
+  await waitText(page, '#recommendation', /Nothing fits/);
+  const plan = await page.evaluate(() => window.memfit.result.plan);
+  const nf = plan.nothing_fits;
+  const closest = plan.candidates[nf.closest_index];
+  assert.equal(closest.label, nf.closest);
+  assert.ok(plan.candidates.every((c) => c.per_gpu.device_total_bytes >= closest.per_gpu.device_total_bytes));
+  assert.match(await text(page, '#recommendation'), new RegExp(`closest: ${closest.label.replace(/[+]/g, '\\+')}`));
+  assert.match(await text(page, '#recommendation'), /misses by \d/);
+  assert.match(await text(page, '#detail-title'), new RegExp(`^${closest.label.replace(/[+]/g, '\\+')} · micro-batch 1`));
+  const changes = nf.suggestions.map((s) => s.change);
+  assert.ok(changes.includes('gradient_checkpointing') && changes.includes('qlora') && changes.includes('num_gpus'), changes.join());
+  await screenshot(page, 'nothing-fits');
+  // apply the first change that fits: something fits now
+  const fix = nf.suggestions.find((s) => s.fits);
+  assert.ok(fix, 'some single change fits');
+  await page.locator('#recommendation button[data-patch]').first().click();
+  await waitText(page, '#recommendation', /Recommended/);
+  // and it is not suggested again
+  const hash = decodeURIComponent(await page.evaluate(() => location.hash));
+  for (const [k] of Object.entries(fix.request_patch)) assert.ok(hash.length > 0, k);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test('LoRA with the automatic targets fits GPT-2, and the control says what is loaded and what trains', async () => {
+  const { page, context } = await fresh('#model=openai-community/gpt2&task=lora');
+  // GPT-2 learned 1,024 positions: the core refuses 2,048, and the page says so at the field
+  await waitText(page, '#msg-seq', /^Sequence length 2048 exceeds the 1024 positions/);
+  await page.fill('#seq', '1024');
+  await waitText(page, '#recommendation', /Recommended for training/);
+  assert.equal(await page.locator('#grid td.cell').count() > 0, true);
+  assert.match(await text(page, '#precision-hint'), /^Automatic: base model loaded in \w+ and frozen; LoRA adapters trained on .*c_attn/);
+  assert.equal(await page.evaluate(() => 'precision' in window.memfit.result.request), false, 'the core picks the precision');
+  await screenshot(page, 'lora-gpt2-automatic');
+  await context.close();
+});
+
+test('LoRA targets that match no layer: the core\'s message next to the field, never "nothing fits"', async () => {
+  const { page, context } = await fresh('#model=openai-community/gpt2&task=lora&targets=foo_proj&seq=1024');
+  await waitText(page, '#error', /LoRA target/);
+  assert.doesNotMatch(await text(page, '#results'), /Nothing fits/);
+  assert.match(await text(page, '#msg-targets'), /c_attn/);
+  await context.close();
+});
+
+test('grid, breakdown and exports: no "tight" cell in a row that does not fit, no stray "null", a readable inference sentence', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=qlora&gpu=RTX4090-24GB&ckpt=1');
+  const rows = await page.evaluate(() => window.memfit.result.plan.candidates.map((c) => ({ label: c.label, max: c.max_micro_batch })));
+  for (const { label, max } of rows) {
+    const cells = await page.locator(`#grid td.cell[data-label="${label}"]`).evaluateAll((tds) => tds.map((td) => [Number(td.dataset.mbs), td.className]));
+    for (const [mbs, cls] of cells) assert.equal(mbs <= max, !cls.includes('oom'), `${label} at ${mbs}: ${cls} (max ${max})`);
+  }
+  await page.selectOption('#task', 'inference');
+  await waitText(page, '#recommendation', /KV cache per token/);
+  assert.doesNotMatch(await text(page, '#results'), /\bnull\b|undefined|NaN/);
+  const [md] = await Promise.all([page.waitForEvent('download'), page.click('#export-md')]);
+  const markdown = await readFile(await md.path(), 'utf8');
+  assert.match(markdown, /Largest batch at [\d,]+ tokens of context: [\d,]+\. Longest context at batch \d+: [\d,]+ tokens\./);
+  assert.match(markdown, /batch \d+ × context [\d,]+ tokens/);
+  await context.close();
+});
+
+test('phone: the answer is pinned while the form is in view; layout names are whole', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&gpus=8',
+    { viewport: { width: 390, height: 844 }, deviceScaleFactor: 2, isMobile: true, hasTouch: true });
+  const summary = page.locator('#summary');
+  assert.ok(await summary.isVisible());
+  assert.match(await summary.innerText(), /^\S.* at micro-batch \d+/);
+  await screenshot(page, 'phone-top', false);
+  await page.evaluate(() => document.querySelector('#grid-card').scrollIntoView());
+  await page.waitForFunction(() => getComputedStyle(document.querySelector('#summary')).display === 'none');
+  const names = await page.locator('#grid tbody th').evaluateAll((ths) => ths.map((th) => th.scrollWidth <= th.clientWidth + 1));
+  assert.ok(names.every(Boolean), 'no layout name is cut');
+  await screenshot(page, 'phone-grid', false);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.ok(overflow <= 0);
+  await context.close();
+});
