@@ -275,7 +275,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
 /// segment: the tensors allocated and freed within a step (activations, loss buffers,
 /// temporaries) leave holes, so the reserve grows with that churn. The fraction (1/4) and the
 /// 20 MiB floor are fitted on the nine HF Trainer BERT-large runs of data/calibration that
-/// report nvidia-smi with the CUDA context measured separately (errors: tools/calibrate.py);
+/// report nvidia-smi with the CUDA context measured separately (V100, PyTorch 1.x, 2022; tagged
+/// role "fit", so tools/calibrate.py lists them apart from the accuracy figures). No other
+/// measurement supports these two numbers, on another GPU or PyTorch version;
 /// persistent states (weights, gradients, optimizer states) are allocated once and do not
 /// fragment.
 u64 allocator_overhead(const Moment& peak) {
@@ -291,12 +293,15 @@ u64 allocator_overhead(const Moment& peak) {
 u64 cuda_context_for(const Request& r) {
   if (r.runtime.cuda_context_bytes) return r.runtime.cuda_context_bytes;
   const GpuSpec* g = find_gpu(r.gpu.name);
+  // A GPU not in the catalog: 500 MiB is an assumption (the middle of the catalog's assumed
+  // values, see gpus.cpp), not a measurement; runtime.cuda_context_bytes overrides it.
   return g ? g->cuda_context_bytes : 500 * MiB;
 }
 
 u64 cublas_workspace_for(const Request& r) {
-  // PyTorch's default CUBLAS_WORKSPACE_CONFIG is ":4096:2:16:8" (8.125 MiB) before Hopper and
-  // ":4096:8" (32 MiB) on sm90+, plus a cuBLASLt workspace (1 MiB).
+  // From PyTorch's source, not measured: its default CUBLAS_WORKSPACE_CONFIG is ":4096:2:16:8"
+  // (8.125 MiB) before Hopper and ":4096:8" (32 MiB) on sm90+ (aten/src/ATen/cuda/
+  // CublasHandlePool.cpp), plus a cuBLASLt workspace (1 MiB).
   const GpuSpec* g = find_gpu(r.gpu.name);
   const std::string name = g ? g->name : "";
   const bool hopper = name.starts_with("H") || name.starts_with("B");

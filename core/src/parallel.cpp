@@ -259,8 +259,9 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
     out.buckets = add(out.buckets, mul(2, r.micro_batch_size, r.sequence_length, r.model.hidden, 2) / std::max<u64>(1, l.cp));
   if (r.device == Device::Cuda && l.world > 1) {
     // NCCL allocates its channel buffers with cudaMalloc, outside PyTorch's allocator:
-    // NCCL_BUFFSIZE (4 MiB) per channel and protocol for each peer of each communicator.
-    // 256 MiB per communicator is what nvidia-smi typically shows on NVLink nodes.
+    // NCCL_BUFFSIZE (4 MiB by default, NCCL's environment-variable docs) per channel and
+    // protocol for each peer of each communicator. The 256 MiB per communicator is an
+    // assumption, not a measurement: no record of data/calibration isolates NCCL's share.
     u64 comms = 0;
     for (u64 degree : {l.dp, l.tp, l.pp, l.cp})
       if (degree > 1) ++comms;
