@@ -13,7 +13,7 @@ tasks, precisions, checkpointing, attention, LoRA ranks and targets, optimizers,
 and 2-rank layouts, under a per-step compute budget so a case takes seconds on one CPU thread.
 They are split once, by the same seed: TUNING_SHARE go to the tuning set, the rest to the check
 set. The check set is never used to tune a formula (data/validation/README.md).
-Cases of other generators (validate/suite_*.py, each with cases(case, cfg)) join the tuning set.
+Cases of other generators (validate/suite_*.py, each with a cases() function) join the tuning set.
 
     python validate/make_suite.py     # rewrites both files
 """
@@ -207,13 +207,13 @@ def generated_cases():
 
 
 def other_generators():
-    """Cases from validate/suite_*.py (e.g. frameworks, QLoRA): each module's cases(case, cfg)."""
+    """Cases from validate/suite_*.py (e.g. frameworks, QLoRA): each module's cases()."""
     out = []
     for path in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite_*.py"))):
         spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
-        out += mod.cases(case, cfg)
+        out += mod.cases()
     return out
 
 
