@@ -259,6 +259,25 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     remaining_A = sub_floor(remaining_A, mul(g.count, g.kept));
     remaining_casts = sub_floor(remaining_casts, mul(g.count, g.casts));
   }
+  // Backward through a trained, tied token embedding (one rank holds the whole vocabulary): the
+  // head's weight gradient waits in autograd's input buffer until the embedding's backward has
+  // made its own dense [V, h] gradient, and the two are summed out of place before the weight's
+  // AccumulateGrad runs: two [V, h] buffers beyond the gradient, three when gradients are kept
+  // (the .grad already exists and the sum is added to it). Negligible at vocab 1024; the peak of
+  // a step when vocab x hidden outgrows the activations (measured, tuning cases
+  // gemma2/h384-L2-V32000/full/bf16/nogc/eager/b2s32/adamw and
+  // falcon/h384-L3-V32000/full/amp_bf16/gc/eager/b2s64/adamw/gas2: 3 x [32000, 384] alive in
+  // embedding_dense_backward / the input-buffer add, all layer gradients done).
+  if (r.task == Task::Full && role.embedding && s.tied_embeddings && s.emb_t > 0 && l.method == ParallelMethod::Single &&
+      !r.runtime.optimizer_in_backward) {
+    Moment p{"backward", {}};
+    base(p);
+    p.parts["gradients"] = rs.grads;
+    p.parts["activations"] = shared;
+    const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), total_t);
+    p.parts["temporary_buffers"] = mul(grads_kept ? 3 : 2, table);
+    out.push_back(p);
+  }
   // Optimizer step: all gradients, states, step temporaries.
   Moment step{"optimizer_step", {}};
   base(step);
