@@ -275,10 +275,13 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       }
       if (full) st = add(st, mul(4, add(add(m.vocab, m.hidden), add(pc.other, m.position_params))));
       s.state_bytes = st;
-      // fp32 grad^2 + eps, update, row/col products; half-precision parameters add the fp32 copies
-      // of grad and parameter it makes (grad.float(), p.float()): 4 copies of the largest tensor
-      // alive (measured, tuning case gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor)
-      s.step_temporary = mul(s.grad_bytes < 4 ? 4 : 3, 4, s.largest_trainable_tensor);
+      // transformers.Adafactor.step on one tensor: update = grad**2 + eps and the row x column
+      // product that replaces it, later update and -update: two fp32 copies of the largest tensor;
+      // half-precision parameters add the fp32 copies of grad and parameter it makes
+      // (grad.float(), p.float()): four (measured, tuning cases
+      // phi3/h384-L4-V16384/full/fp32/nogc/eager/b3s48/adafactor: 2 x the [16384, 384] embedding;
+      // gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor: 4 x [32000, 384] in fp32)
+      s.step_temporary = mul(s.grad_bytes < 4 ? 4 : 2, 4, s.largest_trainable_tensor);
       s.step_temporary_per_tensor = true;
       break;
     }
