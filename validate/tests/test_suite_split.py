@@ -32,7 +32,7 @@ def test_committed_files_are_the_generators_draw():
     # a hand edit of either file (moving a case, tuning a check case away) fails here
     tuning, check = make_suite.generated_cases()
     assert [key(c) for c in CHECK] == [key(c) for c in check]
-    expected = make_suite.fixed_cases() + tuning + make_suite.pattern_cases() + make_suite.other_generators()
+    expected = make_suite.fixed_cases() + make_suite.other_generators() + tuning + make_suite.pattern_cases()
     assert [key(c) for c in TUNING] == [key(c) for c in expected]
 
 
@@ -46,7 +46,7 @@ def test_sets_are_disjoint_and_the_fixed_cases_stay_in_tuning():
 
 
 def test_generated_shapes_span_the_stated_ranges():
-    gen = TUNING[374:374 + len(make_suite.generated_cases()[0])] + CHECK
+    gen = [c for c in TUNING if sample_cases.SHAPED.search(c["name"])] + CHECK
     shapes = [tiny.shape_of(c["model"]["config"]) for c in gen]
     hidden = [h for h, _, _ in shapes]
     layers = [n for _, n, _ in shapes]
@@ -62,6 +62,15 @@ def test_generated_shapes_span_the_stated_ranges():
     lora = [c for c in gen if c["task"] == "lora"]
     assert len({c["lora"]["rank"] for c in lora}) == 5
     assert {c["optimizer"] for c in gen if c["task"] != "inference"} == set(make_suite.OPTIMIZERS)
+
+
+def test_shaped_selection_splits_the_tuning_set():
+    suite = load(make_suite.OUT)
+    shaped = sample_cases.select(suite, True)["cases"]
+    rest = sample_cases.select(suite, False)["cases"]
+    assert len(shaped) + len(rest) == len(TUNING)
+    assert len(shaped) == len(make_suite.generated_cases()[0]) + len(make_suite.pattern_cases())
+    assert all(sample_cases.SHAPED.search(c["name"]) for c in CHECK)
 
 
 def test_sample_is_reproducible_from_its_seed():
