@@ -56,6 +56,13 @@ echo "CPU validation, check set: $check_count random cases, seed $check_seed (re
 timed_validate "check-set sample (seed $check_seed)" "$cases_dir/check.json" "${MEMFIT_SHAPES_TOLERANCE:-40}"
 rm -rf "$cases_dir"
 
+echo "== CPU validation suite, issue 8: QLoRA (bitsandbytes CPU backend), bitsandbytes optimizers, framework steps"
+# HF Trainer, TRL SFTTrainer and torchtune's recipe step run their own code (validate/frameworks.py).
+validate_start=$SECONDS
+./build/native/cli/memfit validate data/validation/cpu_suite_frameworks.json --device cpu \
+  --tolerance "${MEMFIT_VALIDATE_TOLERANCE:-2}"
+echo "CPU validation suite (frameworks): $((SECONDS - validate_start)) s"
+
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null
 cmake --build --preset wasm

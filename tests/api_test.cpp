@@ -45,6 +45,12 @@ TEST_CASE("models, gpus and defaults list what the page needs", "[api]") {
   const json d = json::parse(defaults_json());
   CHECK(d["request"]["task"] == "full");
   CHECK(d["options"]["optimizer"].size() == 10);
+  CHECK(d["options"]["runtime.framework"].size() == 9);  // 8 frameworks + the "hf" alias
+  CHECK(d["options"]["quantization"].size() == 8);
+  CHECK(d["options"]["attention"][0] == "auto");
+  CHECK(d["request"]["lora"]["dropout"] == 0.0);
+  CHECK(d["request"]["runtime"].contains("prepare_kbit"));
+  CHECK(d["precision_meaning"]["amp_bf16"].get<std::string>().find("fp32 weights") != std::string::npos);
   // the defaults are themselves a valid request
   json req = d["request"];
   CHECK_FALSE(json::parse(estimate_json(req.dump())).contains("error"));

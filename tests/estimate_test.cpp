@@ -136,8 +136,25 @@ TEST_CASE("optimizers differ by their states", "[estimate]") {
   CHECK(states("sgd_momentum") == 4 * n);
   CHECK(states("lion") == 4 * n);
   CHECK(states("sgd") == 0);
-  CHECK(states("adamw_8bit") < 2 * n + n / 100);
+  // bitsandbytes blockwise 8-bit: two uint8 states + two fp32 absmax per 256 elements, and the two
+  // shared 256-entry fp32 maps (every Llama-2-7B tensor has at least 4,096 elements)
+  CHECK(states("adamw_8bit") == 2 * n + n / 32 + 2 * 1024);
   CHECK(states("adafactor") < n / 100);
+  // bitsandbytes keeps fp32 states whatever the parameter dtype
+  j["precision"] = "bf16";
+  CHECK(states("lion") == 4 * n);
+}
+
+TEST_CASE("bitsandbytes 8-bit states: tensors under 4096 elements stay fp32", "[estimate]") {
+  // rank 1 on q/v of Llama-2-7B: lora_A [1, 4096] and lora_B [4096, 1] have 4,096 elements, which
+  // is 8-bit (bitsandbytes' test is numel < min_8bit_size); the suite's 128-wide adapters measure
+  // the fp32 side (llama/lora/bf16/nogc/sdpa/adamw_8bit in data/validation/cpu_suite_frameworks.json)
+  json j = llama7b();
+  j["task"] = "lora";
+  j["lora"] = {{"rank", 1}, {"alpha", 2}, {"targets", {"q_proj", "v_proj"}}};
+  j["optimizer"] = "adamw_8bit";
+  const u64 tensors = 32 * 2 * 2, elems = 4096;
+  CHECK(part(run(j), "optimizer_states") == tensors * 2 * (elems + 4 * (elems / 256)) + 2 * 1024);
 }
 
 TEST_CASE("inference: KV cache with GQA, sliding windows and the largest batch that fits", "[estimate][inference]") {
@@ -243,4 +260,24 @@ TEST_CASE("FP8 block-scaled weights take one byte per quantized parameter", "[es
   // Linear weights of the 8B model: 6,979,321,856 parameters; embeddings, head and norms stay bf16
   CHECK(bf16 - fp8 > 6'970'000'000ULL);
   CHECK(bf16 - fp8 < 6'979'321'856ULL);
+}
+
+TEST_CASE("QLoRA: prepare_model_for_kbit_training keeps the non-quantized weights in fp32", "[estimate]") {
+  json j = llama7b();
+  j["task"] = "qlora";
+  j["precision"] = "bf16";
+  j["quantization"] = "nf4";
+  j["runtime"] = {{"prepare_kbit", true}};
+  const u64 upcast = part(run(j), "weights");
+  j["runtime"]["prepare_kbit"] = false;
+  const u64 half = part(run(j), "weights");
+  // untied embeddings and lm_head (32000 x 4096 each) and 65 RMSNorm weights, 2 more bytes each
+  CHECK(upcast - half == 2 * (2 * 32000ULL * 4096 + 65 * 4096));
+  // double quantization: 8-bit absmax (+ fp32 per 256 blocks) instead of fp32, and per Linear a
+  // 256-entry fp32 map and an offset beside the 16-entry code table
+  j["quantization"] = "nf4_double";
+  const u64 dq = part(run(j), "weights");
+  // 6,476,005,376 quantized weights in 224 Linears: 0.5 bit of fp32 absmax became 0.125 + 2/1024
+  const u64 linear_weights = 6'476'005'376ULL, linears = 7 * 32;
+  CHECK(half - dq == linear_weights / 8192 * (512 - 130) - linears * (256 * 4 + 4));
 }

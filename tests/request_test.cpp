@@ -125,3 +125,46 @@ TEST_CASE("request_to_json round-trips through parse_request", "[request]") {
   CHECK(again.micro_batch_size == 3);
   CHECK(again.precision == Precision::Bf16);
 }
+
+TEST_CASE("issue 8 schema: framework, its version, lora.dropout, prepare_kbit, fp4, attention auto", "[request]") {
+  json j = base();
+  j["task"] = "qlora";
+  j["quantization"] = "fp4";
+  j["runtime"] = {{"framework", "hf"}};
+  Request r = request_from_json(j);
+  CHECK(r.quantization == Quantization::Fp4);
+  CHECK(r.runtime.framework == Framework::Transformers);
+  CHECK(r.lora.dropout == 0.0);  // PEFT LoraConfig default
+  CHECK_FALSE(r.runtime.framework_version.empty());
+  CHECK(request_to_json(r)["runtime"]["framework"] == "transformers");
+
+  j["runtime"] = {{"framework", "trl"}};
+  r = request_from_json(j);
+  CHECK(r.lora.dropout == Approx(0.05));  // TRL ModelConfig lora_dropout
+  j["lora"] = {{"dropout", 0.1}};
+  CHECK(request_from_json(j).lora.dropout == Approx(0.1));  // every default overridable
+  j["runtime"] = {{"framework", "litgpt"}, {"framework_version", "0.5.3"}, {"prepare_kbit", false}};
+  r = request_from_json(j);
+  CHECK(r.runtime.framework == Framework::Litgpt);
+  CHECK(r.runtime.framework_version == "0.5.3");
+  CHECK_FALSE(r.runtime.prepare_kbit);
+
+  for (const char* f : {"transformers", "trl", "torchtune", "litgpt", "axolotl", "llamafactory", "swift", "unsloth"}) {
+    json k = base();
+    k["runtime"] = {{"framework", f}};
+    CHECK(to_string(request_from_json(k).runtime.framework) == std::string(f));
+  }
+  json bad = base();
+  bad["runtime"] = {{"framework", "megatron"}};
+  CHECK_THAT(error_of(bad), Catch::Matchers::Contains("\"axolotl\""));
+  bad["runtime"] = {{"framework", "trl"}, {"framework_version", "0.9"}};
+  CHECK_THAT(error_of(bad), Catch::Matchers::Contains("older than trl 1.0"));
+  bad["runtime"] = {{"framework", "trl"}, {"framework_version", "latest"}};
+  CHECK_THAT(error_of(bad), Catch::Matchers::Contains("framework_version"));
+  bad = base();
+  bad["lora"] = {{"dropout", 1.0}};
+  CHECK_THAT(error_of(bad), Catch::Matchers::Contains("lora.dropout"));
+  bad = base();
+  bad["attention"] = "flash";
+  CHECK_THAT(error_of(bad), Catch::Matchers::Contains("\"auto\", \"eager\""));
+}

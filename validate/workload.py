@@ -70,6 +70,10 @@ sys.path.insert(0, HERE)
 from tracker import LiveTensorTracker  # noqa: E402
 
 
+class _Done(Exception):
+    """A framework runner measured the whole case itself."""
+
+
 class Unsupported(Exception):
     """The request asks for something this environment cannot run (reported, not a crash)."""
 
@@ -311,11 +315,95 @@ def build_model(req, cfg_dict, device, dtype, attn):
     return model
 
 
+# bitsandbytes 4-bit types memfit names (request "quantization") -> BitsAndBytesConfig fields
+BNB_4BIT = {"nf4": ("nf4", False), "nf4_double": ("nf4", True), "fp4": ("fp4", False), "fp4_double": ("fp4", True)}
+
+
+def quantized_checkpoint(config, dtype) -> str:
+    """A random-weight checkpoint of `config` in `dtype`, saved once per (config, dtype) outside the
+    measurement: QLoRA's real load path (from_pretrained with a BitsAndBytesConfig) quantizes the
+    Linear weights while loading, and from_config has no quantization path."""
+    import hashlib
+    import tempfile
+    from transformers import AutoModelForCausalLM
+    key = hashlib.sha256((config.to_json_string() + str(dtype)).encode()).hexdigest()[:16]
+    d = os.path.join(tempfile.gettempdir(), "memfit-random-checkpoints", key)
+    if not os.path.exists(os.path.join(d, "config.json")):
+        torch.manual_seed(0)
+        m = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        m.save_pretrained(d + ".part")
+        del m
+        os.replace(d + ".part", d) if not os.path.exists(d) else None
+    return d
+
+
+def build_quantized_model(req, cfg_dict, device, dtype, attn):
+    """What a QLoRA recipe does: from_pretrained(..., quantization_config=BitsAndBytesConfig(load_in_4bit,
+    bnb_4bit_quant_type, bnb_4bit_use_double_quant, bnb_4bit_compute_dtype=the model dtype)) or
+    load_in_8bit for LLM.int8. Runs on CPU through bitsandbytes' CPU backend (>= 0.46)."""
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    except Exception as e:  # noqa: BLE001
+        raise Unsupported(f"qlora needs bitsandbytes (validate/requirements.txt): {e}")
+    quant = req.get("quantization") or "nf4"
+    if quant in BNB_4BIT:
+        qt, dq = BNB_4BIT[quant]
+        qcfg = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=qt, bnb_4bit_use_double_quant=dq,
+                                  bnb_4bit_compute_dtype=dtype)
+    elif quant == "int8":
+        qcfg = BitsAndBytesConfig(load_in_8bit=True)
+    else:
+        raise Unsupported(f"qlora over quantization {quant!r} is not measured here (bitsandbytes nf4/fp4/int8 only)")
+    config = build_config(cfg_dict)
+    path = quantized_checkpoint(config, dtype)
+    kwargs = {"dtype": dtype, "quantization_config": qcfg, "device_map": device.type}
+    if attn:
+        kwargs["attn_implementation"] = attn
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except ValueError as e:
+        if "attn_implementation" in str(e) or "does not support an attention implementation" in str(e):
+            raise Unsupported(f"attention {attn!r} not supported by {config.model_type}: {str(e)[:200]}")
+        raise
+
+
+def quant_state_tensors(model) -> list:
+    """bitsandbytes' quantization constants (absmax, the nested absmax of double quantization, the
+    code table, LLM.int8's row scales): tensors on the weights, not parameters or buffers."""
+    out = []
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        if qs is not None:
+            out += [t for t in (qs.absmax, qs.code, getattr(qs, "offset", None)) if isinstance(t, torch.Tensor)]
+            st2 = getattr(qs, "state2", None)
+            if st2 is not None:
+                out += [t for t in (st2.absmax, st2.code) if isinstance(t, torch.Tensor)]
+        scb = getattr(p, "SCB", None)
+        if isinstance(scb, torch.Tensor):
+            out.append(scb)
+    return out
+
+
+def peft_without_torchao():
+    """PEFT 0.21's LoRA dispatcher asks is_torchao_available() for every Linear it wraps, and that
+    raises ImportError when torchao < 0.16 is installed; torchtune 0.6.1 (measured here too) needs
+    torchao 0.13. No model this workload builds has torchao-quantized weights, so PEFT's torchao
+    dispatcher is told torchao is absent: the LoRA layers PEFT creates are the same."""
+    import importlib
+    for mod in ("peft.import_utils", "peft.tuners.lora.torchao", "peft.utils.quantization_utils"):
+        try:
+            importlib.import_module(mod).is_torchao_available = lambda: False
+        except Exception:  # noqa: BLE001
+            pass
+
+
 def apply_lora(model, req):
     try:
         from peft import LoraConfig, get_peft_model
     except Exception as e:  # noqa: BLE001
         raise Unsupported(f"peft is not importable ({e}); install validate/requirements.txt")
+    peft_without_torchao()
     lo = req.get("lora") or {}
     targets = lo.get("targets", ["q_proj", "v_proj"])
     cfg = LoraConfig(r=int(lo.get("rank", 16)), lora_alpha=float(lo.get("alpha", 2 * int(lo.get("rank", 16)))),
@@ -352,14 +440,20 @@ def make_optimizer(name: str, params, device):
             import bitsandbytes as bnb  # type: ignore
         except Exception:  # noqa: BLE001
             bnb = None
-        if bnb is None or device.type != "cuda":
-            why = "bitsandbytes is not installed" if bnb is None else "bitsandbytes optimizers need CUDA"
+        if bnb is None:
             raise Unsupported(f"optimizer {name!r} unsupported here: torch and transformers have no "
-                              f"implementation of it; it needs bitsandbytes on CUDA ({why})")
+                              f"implementation of it and bitsandbytes is not installed")
+        if name.startswith("paged") and device.type != "cuda":
+            # bitsandbytes' CPU backend falls back to ordinary tensors: nothing paged to measure
+            raise Unsupported(f"optimizer {name!r}: paged (unified-memory) states exist only on CUDA")
         cls = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit,
                "lion": bnb.optim.Lion, "lion_8bit": bnb.optim.Lion8bit}[name]
         opt = cls(params, lr=lr)
-        info["impl"] = f"bitsandbytes.optim.{cls.__name__}"
+        # CPU: bitsandbytes' pure-torch optimizer_update_8bit_blockwise dequantizes the states of one
+        # tensor inside its custom op (fp32 copies the tracker cannot see); the CUDA kernel works in
+        # registers. The states themselves (uint8 + fp32 absmax per 256, fp32 below 4096 elements)
+        # are the same on both.
+        info["impl"] = f"bitsandbytes.optim.{cls.__name__} ({device.type} backend)"
     else:
         raise Unsupported(f"unknown optimizer {name!r}")
     return opt, info
@@ -458,10 +552,7 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
 
     if precision not in DTYPES:
         raise Unsupported(f"unknown precision {precision!r}")
-    if task == "qlora":
-        raise Unsupported("qlora needs bitsandbytes 4-bit quantization (CUDA) and a quantized checkpoint load; "
-                          "from_config has no quantization path, so this workload does not measure it")
-    if task not in ("full", "lora", "inference"):
+    if task not in ("full", "lora", "qlora", "inference"):
         raise Unsupported(f"unknown task {task!r}")
     attn = req.get("attention", "sdpa")
     if attn == "flash_attention_2" and device.type != "cuda":
@@ -509,10 +600,20 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
             tr = meter.tracker
             if prof is not None:
                 prof.__enter__()
+            if (req.get("runtime") or {}).get("framework") == "torchtune" and task != "inference":
+                from frameworks import run_torchtune
+                setup["framework"] = "torchtune"
+                run_torchtune(req, cfg_dict, device, dtype, meter, setup)
+                raise _Done()
             with meter.phase("model_load", "other"):
-                model = build_model(req, cfg_dict, device, dtype, attn)
+                if task == "qlora":
+                    model = build_quantized_model(req, cfg_dict, device, dtype, attn)
+                    setup["quantization"] = req.get("quantization") or "nf4"
+                else:
+                    model = build_model(req, cfg_dict, device, dtype, attn)
                 if tr is not None:
                     tr.track_module(model, grad_hooks=False)
+                    tr.track_tensors(quant_state_tensors(model), "parameter")
             setup["model_class"] = type(model).__name__
             setup["num_parameters"] = int(sum(p.numel() for p in model.parameters()))
             setup["attn_implementation"] = getattr(model.config, "_attn_implementation", None)
@@ -525,6 +626,8 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
                 run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, method, par)
     except Unsupported:
         raise
+    except _Done:
+        pass
     except Exception as e:  # noqa: BLE001
         if not is_oom(e):
             raise
@@ -574,6 +677,11 @@ def _autocast(device, precision):
     return contextlib.nullcontext()
 
 
+def prepare_kbit(req) -> bool:
+    """runtime.prepare_kbit: PEFT's prepare_model_for_kbit_training (what QLoRA recipes call; default on)."""
+    return bool((req.get("runtime") or {}).get("prepare_kbit", True))
+
+
 def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, method, par):
     tr = meter.tracker
     task = req.get("task", "full")
@@ -594,7 +702,15 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             setup["checkpointing"] = "torch.utils.checkpoint(use_reentrant=False) per decoder layer (HF default)"
-        if task == "lora":
+        if task == "qlora" and prepare_kbit(req):
+            # PEFT's prepare_model_for_kbit_training: freezes everything, upcasts every non-4-bit
+            # half parameter (embeddings, norms, lm_head, biases) to fp32, and enables checkpointing
+            # when asked (here with the same use_reentrant=False as the plain runs)
+            from peft import prepare_model_for_kbit_training
+            model = prepare_model_for_kbit_training(
+                model, use_gradient_checkpointing=gc_on, gradient_checkpointing_kwargs={"use_reentrant": False})
+            setup["prepare_model_for_kbit_training"] = True
+        if task in ("lora", "qlora"):
             model = apply_lora(model, req)
             lo = req.get("lora") or {}
             setup["lora"] = {"rank": int(lo.get("rank", 16)), "alpha": lo.get("alpha", 2 * int(lo.get("rank", 16))),
@@ -629,6 +745,15 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
             setup["tp"] = {"size": tp, "plan": apply_tp(model, mesh), "backend": dist_ctx.backend}
         if tr is not None:
             tr.track_module(model)
+    framework = (req.get("runtime") or {}).get("framework")
+    if framework is not None:
+        setup["framework"] = framework
+    if framework in ("transformers", "hf", "trl"):
+        from frameworks import run_trainer
+        run_trainer(req, model, device, precision, meter, setup, sft=framework == "trl")
+        return
+    if framework not in (None, "torchtune"):
+        raise Unsupported(f"runtime.framework {framework!r}: its own step is not run by this workload")
     params = [p for p in model.parameters() if p.requires_grad]
     setup["trainable_parameters"] = int(sum(p.numel() for p in params))
     if method == "tp":

@@ -21,6 +21,8 @@
 // bytes per token per attended position.
 #include "activations.hpp"
 
+#include "frameworks.hpp"
+
 #include <algorithm>
 
 namespace memfit::detail {
@@ -51,6 +53,31 @@ u64 activation_saves(const std::string& act) {
 u64 dropout_mask(double p, const Request& r, u64 elem_bytes) {
   if (p <= 0) return 0;
   return r.device == Device::Cuda ? 1 : elem_bytes;
+}
+
+/// Where a framework's own decoder modules keep other tensors than Transformers' (read from
+/// torchtune 0.6.1's source, measured with validate/frameworks.py on CPU).
+struct ModuleImpl {
+  /// MultiHeadAttention expands K and V to every query head before SDPA (modules/attention.py:
+  /// `k.unsqueeze(2).expand(...).flatten(1, 2)`): the kernel keeps the [b, heads, s, d] copies.
+  bool kv_copied_to_heads = false;
+  /// RMSNorm is F.rms_norm(x.float(), weight).to(dtype) (modules/rms_norm.py): a trained weight
+  /// keeps the fp32 normalised value, whatever the model dtype.
+  bool norm_normalised_fp32 = false;
+  /// RotaryPositionalEmbeddings multiplies an fp32 view of q/k by its cache slice [s, d/2, 2]
+  /// fp32, the one tensor the muls keep (instead of cos and sin [s, d] in the model dtype).
+  bool rope_cache_fp32 = false;
+};
+
+/// Frameworks whose models are their own modules (the others run Transformers' modeling code).
+constexpr std::pair<Framework, ModuleImpl> kOwnModules[] = {
+    {Framework::Torchtune, {true, true, true}},  // torchtune 0.6.1 modules/ (measured, validate/frameworks.py)
+};
+
+ModuleImpl module_impl(const Request& r) {
+  for (const auto& [f, impl] : kOwnModules)
+    if (f == r.runtime.framework) return impl;
+  return {};
 }
 
 }  // namespace
@@ -140,6 +167,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // Gemma's RMSNorm multiplies in fp32 by (1 + weight): a trained weight makes it keep the fp32
   // x_hat, and the mul keeps the fp32 (1 + weight) [h] (a per-layer constant, counted below).
   const bool gemma_norm = m.family == "gemma" || m.family == "gemma2" || m.family == "gemma3_text";
+  const ModuleImpl impl = module_impl(r);
   u64 norms_in_layer = 0;
   auto norm = [&](bool input_is_shared_residual) {
     const u64 in = d.residual;
@@ -150,7 +178,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       b = add(input_is_shared_residual ? 0 : mul(in, h), 4);
     } else if (m.norm == NormKind::RMSNorm) {
       b = add(in == 2 ? mul(4, h) : (input_is_shared_residual ? 0 : mul(4, h)), 4);
-      if (full) b = add(b, mul((in == 2 && !gemma_norm) ? 2 : 4, h));
+      if (full) b = add(b, mul((in == 2 && !gemma_norm && !impl.norm_normalised_fp32) ? 2 : 4, h));
     } else {
       // native_layer_norm keeps mean and rstd [T, 1]: fp32 on CUDA, the input dtype on CPU
       // (measured: bf16 gpt2/falcon keep two bf16 [b, s, 1])
@@ -291,7 +319,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       const bool windowed_here = g.sliding_window > 0 && g.sliding_window < seq;
       const bool layer_mask = (m.family == "falcon" && !m.alibi && m.causal) ||
                               (windowed_here && m.causal && r.device == Device::Cpu);
-      if (gqa && !mla && ((g.sliding_window > 0 && g.sliding_window < seq) || layer_mask)) {
+      if (gqa && !mla && ((g.sliding_window > 0 && g.sliding_window < seq) || layer_mask || impl.kv_copied_to_heads)) {
         k_bytes = mul(p, qw);
         v_bytes = mul(p, ow);
       }
@@ -568,6 +596,30 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   return out;
 }
 
+/// TRL's fused LM head (trl 1.16 trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py
+/// ChunkedLogProbFunction), what SFTTrainer's compute_loss calls with fused_lm_head=True. The
+/// backbone output is shifted ([:, :-1], b (s - 1) positions) and copied to [N, h], which the
+/// function keeps with the int64 targets and the fp32 log-normaliser and entropy [N]; no logits
+/// exist. Each direction projects tiles into one buffer of [min(N, 4096), 32768] elements in the
+/// compute dtype (sized by the fixed chunk width, not the vocabulary); backward accumulates the
+/// hidden gradient [N, h] and a trained head's weight gradient [V, h] in fp32. On devices without
+/// Triton (CPU) the tile is folded by torch ops instead of the kernel: at the worst moment of
+/// _backward_tile seven fp32 [N, V] tensors and a bool one are alive (measured, peak dump of
+/// llama/trl/full/fp32/nogc/sdpa in validate/frameworks.py).
+HeadActivations trl_fused_head(const ModelSpec& m, const Request& r, u64 norm_saved, bool head_trainable, u64 tokens) {
+  constexpr u64 kTokenTile = 4096, kChunk = 32768, kCpuTileTemps = 7 * 4 + 1;
+  const Dtypes d = dtypes_for(r.precision);
+  const u64 n = sub_floor(tokens, r.micro_batch_size), h = m.hidden, v = m.vocab;
+  HeadActivations out;
+  out.saved = add(mul(tokens, norm_saved), mul(n, add(mul(d.residual, h), 8 + 4 + 4 + 4)));
+  const u64 tile = mul(std::min(n, kTokenTile), kChunk, d.compute);
+  out.loss_forward_peak = add(tile, mul(n, 7 * 4));
+  out.loss_backward_peak = add(tile, add(mul(4, n, h), head_trainable ? mul(4, v, h) : 0));
+  if (r.device == Device::Cpu)
+    out.loss_backward_peak = add(out.loss_backward_peak, mul(std::min(n, kTokenTile), v, kCpuTileTemps));
+  return out;
+}
+
 HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head_trainable, u64 tokens) {
   const Dtypes d = dtypes_for(r.precision);
   const u64 p = d.compute;
@@ -585,10 +637,13 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
   u64 saved = 0;
   if (m.norm == NormKind::RMSNorm) {
     saved = add(mul(4, h), 4);
-    if (head_trainable) saved = add(saved, mul(d.residual == 2 ? 2 : 4, h));
+    if (head_trainable) saved = add(saved, mul(d.residual == 2 && !module_impl(r).norm_normalised_fp32 ? 2 : 4, h));
   } else {
     saved = add(mul(d.residual, h), 8);
   }
+  if (framework_traits(r.runtime.framework, r.runtime.framework_version).loss == LossKind::FusedLinear &&
+      r.runtime.framework == Framework::Trl)
+    return trl_fused_head(m, r, saved, head_trainable, tokens);
   if (head_trainable) saved = add(saved, mul(d.amp ? 2 : d.residual, h));
   const u64 logits_bytes = (m.logits_fp32_in_model || p == 4) ? 4 : p;
   out.held_logits = mul(tokens, logits_bytes, v);
@@ -620,7 +675,8 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   u64 bytes = mul(tokens, 8);  // input ids (int64); labels are the same tensor
   const bool rotary = !m.learned_positions && !m.alibi;
   // cos and sin [1, s, rotary_dim] (position_ids default to one row shared by the batch)
-  if (rotary) bytes = add(bytes, mul(seq, 2, d.compute, m.attention == AttentionKind::MultiLatent ? m.qk_rope_head_dim : m.head_dim));
+  const u64 rope_elem = module_impl(r).rope_cache_fp32 ? 4 : mul(2, d.compute);  // per (position, rotary dim)
+  if (rotary) bytes = add(bytes, mul(seq, rope_elem, m.attention == AttentionKind::MultiLatent ? m.qk_rope_head_dim : m.head_dim));
   bool windowed = false;  // a sliding window shorter than the sequence: SDPA gets an explicit mask
   for (const LayerGroup& g : m.groups) windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)

@@ -197,7 +197,10 @@ std::string defaults_json() {
     Request r;
     r.model_id = "meta-llama/Llama-2-7b-hf";
     r.gpu = {"A100-80GB", find_gpu("A100-80GB")->memory_bytes};
-    return json{{"version", kVersion}, {"request", request_to_json(r)}, {"options", request_options()}};
+    return json{{"version", kVersion},
+                {"request", request_to_json(r)},
+                {"options", request_options()},
+                {"precision_meaning", precision_meanings()}};
   });
 }
 

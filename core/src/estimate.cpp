@@ -66,10 +66,12 @@ const char* formula_of(const std::string& name) {
 
 /// The request as the activations see it: engines that run the model in half precision with an
 /// fp32 master in the optimizer (DeepSpeed, FSDP, Megatron) have pure-half activations.
+/// QLoRA after prepare_model_for_kbit_training runs its stream in fp32 (see kbit_upcast).
 Request activation_view(const Request& r, MixedMode mixed) {
   Request a = r;
   if (mixed == MixedMode::HalfMaster || mixed == MixedMode::ShardedFp32)
     a.precision = r.precision == Precision::AmpFp16 ? Precision::Fp16 : Precision::Bf16;
+  if (kbit_upcast(r) && (r.precision == Precision::Bf16 || r.precision == Precision::Fp16)) a.precision = Precision::Fp32;
   return a;
 }
 
@@ -117,7 +119,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
     // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
     // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
-    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != "torchtune";
+    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
     u64 down_grad = 0;
     if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen && !post_ff_norm &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
@@ -208,7 +210,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
   // layers.0's backward; bf16 gc: 262,400 B).
-  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != "torchtune";
+  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
   const u64 head_grad = scale(fsdp2_root ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
   if (role.head) {
     Moment p{"backward", {}};
@@ -220,6 +222,26 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
     p.parts["logits_loss"] = add(add(head.saved, kept_logits), head.loss_backward_peak);
     out.push_back(p);
+  }
+  // Chunked cross-entropy (eager): the autograd engine runs every chunk's loss backward before
+  // any chunk's output projection (the loss nodes are the newest), so the logits gradients of
+  // all chunks wait in the logits dtype while the log-softmax outputs are already freed. A
+  // trained head then sums its weight gradient over the chunks out of place: the running sum,
+  // the next chunk's product and their sum are alive at the second chunk (measured, peak dump
+  // of llama/torchtune/full/bf16/nogc/sdpa: three [1024, 128] bf16 and six of eight [16, 1024]
+  // bf16 logits-gradient chunks at step 2's backward peak).
+  if (role.head && r.runtime.loss_chunks > 1 && !r.runtime.compile) {
+    const u64 c = r.runtime.loss_chunks;
+    const u64 elem = head.held_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
+    const u64 wgrad = mul(div_ceil(m.vocab, l.vocab_split()), m.lm_head.in, elem);
+    const u64 queued = head_t > 0 ? add(scale(head.held_logits, c - 2, c), mul(3, wgrad))
+                                  : add(scale(head.held_logits, c - 1, c), div_ceil(mul(tokens, m.lm_head.in, elem), c));
+    Moment q{"backward", {}};
+    base(q);
+    q.parts["activations"] = add(A, shared);
+    q.parts["autocast_weight_copies"] = add(casts_total, head_casts);
+    q.parts["logits_loss"] = add(sub_floor(head.saved, scale(mul(tokens, 4, m.vocab), 1, l.vocab_split())), queued);
+    out.push_back(q);
   }
   // Backward through the layers, top to bottom: both ends of each run of identical layers.
   // gradients that appear layer by layer (not when they are kept all along or freed at once)

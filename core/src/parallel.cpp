@@ -186,7 +186,7 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
       // FSDP: current + prefetched unit, and the root unit (embeddings, head) held unsharded.
       // torchtune wraps the embeddings and the output projection as units of their own
       // (custom_sharded_layers): they are gathered only while they compute.
-      if (r.runtime.framework == "torchtune") {
+      if (r.runtime.framework == Framework::Torchtune) {
         out.gathered = add(compute_bytes(unit_w), std::max(compute_bytes(unit_w), compute_bytes(root_w)));
       } else {
         out.gathered = add(mul(2, compute_bytes(unit_w)), compute_bytes(root_w));

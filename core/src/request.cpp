@@ -7,6 +7,8 @@
 #include "memfit/gpus.hpp"
 #include "memfit/request.hpp"
 
+#include "frameworks.hpp"
+
 namespace memfit {
 
 using nlohmann::json;
@@ -60,7 +62,7 @@ constexpr std::pair<const char*, Precision> kPrecisions[] = {{"fp32", Precision:
                                                              {"fp16", Precision::Fp16}};
 constexpr std::pair<const char*, Quantization> kQuant[] = {
     {"none", Quantization::None},         {"int8", Quantization::Int8},          {"nf4", Quantization::Nf4},
-    {"nf4_double", Quantization::Nf4Double}, {"gptq_int4", Quantization::GptqInt4}, {"awq_int4", Quantization::AwqInt4},
+    {"nf4_double", Quantization::Nf4Double}, {"fp4", Quantization::Fp4}, {"gptq_int4", Quantization::GptqInt4}, {"awq_int4", Quantization::AwqInt4},
     {"fp8", Quantization::Fp8}};
 constexpr std::pair<const char*, Optimizer> kOptimizers[] = {
     {"adamw", Optimizer::AdamW},           {"adamw_fused", Optimizer::AdamWFused},
@@ -68,6 +70,7 @@ constexpr std::pair<const char*, Optimizer> kOptimizers[] = {
     {"paged_adamw_8bit", Optimizer::PagedAdamW8bit}, {"paged_adamw", Optimizer::PagedAdamW},
     {"sgd", Optimizer::Sgd},               {"sgd_momentum", Optimizer::SgdMomentum},
     {"adafactor", Optimizer::Adafactor},   {"lion", Optimizer::Lion}};
+// "auto" is parsed apart (it resolves per model); these are the kernels that run.
 constexpr std::pair<const char*, AttentionImpl> kAttention[] = {
     {"eager", AttentionImpl::Eager}, {"sdpa", AttentionImpl::Sdpa}, {"flash_attention_2", AttentionImpl::FlashAttention2}};
 constexpr std::pair<const char*, ParallelMethod> kMethods[] = {
@@ -132,13 +135,80 @@ std::vector<LayerGroup> freeze_bottom_layers(const std::vector<LayerGroup>& grou
   return out;
 }
 
+constexpr std::pair<const char*, u64> kAdapter[] = {{"auto", 0}, {"fp32", 4}, {"bf16", 2}, {"fp16", 2}};
+
+json attention_names() {
+  json names = names_of(kAttention);
+  names.insert(names.begin(), "auto");
+  return names;
+}
+
+AttentionImpl pick_attention(const json& v) {
+  std::string all;
+  for (const json& n : attention_names()) all += (all.empty() ? "\"" : ", \"") + n.get<std::string>() + "\"";
+  for (const auto& [name, value] : kAttention)
+    if (v.is_string() && v.get<std::string>() == name) return value;
+  throw Error("request field \"attention\" must be one of " + all + "; got " + v.dump());
+}
+
+}  // namespace
+
+json precision_meanings() {
+  return {{"fp32", "fp32 weights and compute (from_pretrained(dtype=float32), no bf16/fp16 flag)"},
+          {"amp_bf16", "fp32 weights, bf16 autocast (fp32-loaded model + Trainer bf16=True / LitGPT bf16-mixed)"},
+          {"amp_fp16", "fp32 weights, fp16 autocast + GradScaler (fp32-loaded model + Trainer fp16=True)"},
+          {"bf16", "bf16 weights (from_pretrained(dtype=bfloat16) or a bf16 checkpoint; torchtune dtype: bf16; "
+                   "LitGPT bf16-true); LoRA adapters fp32 under PEFT"},
+          {"fp16", "fp16 weights (dtype=float16 or an fp16 checkpoint); LoRA adapters fp32 under PEFT"}};
+}
+
+namespace {
+
+/// runtime.* (framework defaults are applied later, once the task is known).
+void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
+  if (!rt.is_object()) throw Error("request field \"runtime\" must be an object");
+  check_keys(rt, "\"runtime\"",
+             {"cuda_context_mib", "drop_outputs_before_backward", "use_cache_in_training", "zero_grad_to_none", "framework",
+              "framework_version", "prepare_kbit", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile"});
+  if (rt.contains("compile")) out.compile = boolean(rt["compile"], "runtime.compile");
+  if (rt.contains("zero_grad_to_none")) out.zero_grad_to_none = boolean(rt["zero_grad_to_none"], "runtime.zero_grad_to_none");
+  if (rt.contains("framework")) {
+    const json& f = rt["framework"];
+    if (!f.is_string() || !framework_from_name(f.get<std::string>(), out.framework)) {
+      std::string all;
+      for (const std::string& n : framework_names()) all += (all.empty() ? "\"" : ", \"") + n + "\"";
+      throw Error("request field \"runtime.framework\" must be one of " + all + "; got " + f.dump());
+    }
+  }
+  if (rt.contains("framework_version")) {
+    if (!rt["framework_version"].is_string())
+      throw Error("request field \"runtime.framework_version\" must be a string like \"1.16\"");
+    out.framework_version = rt["framework_version"].get<std::string>();
+  }
+  prepare_kbit_given = rt.contains("prepare_kbit");
+  if (prepare_kbit_given) out.prepare_kbit = boolean(rt["prepare_kbit"], "runtime.prepare_kbit");
+  if (rt.contains("loss_chunks") && !(rt["loss_chunks"].is_number_integer() && rt["loss_chunks"].get<std::int64_t>() == 0))
+    out.loss_chunks = positive(rt["loss_chunks"], "runtime.loss_chunks", 1 << 16);  // 0: not chunked
+  if (rt.contains("optimizer_in_backward"))
+    out.optimizer_in_backward = boolean(rt["optimizer_in_backward"], "runtime.optimizer_in_backward");
+  if (rt.contains("activation_offloading"))
+    out.activation_offloading = boolean(rt["activation_offloading"], "runtime.activation_offloading");
+  if (rt.contains("cuda_context_mib"))
+    out.cuda_context_bytes = mul(positive(rt["cuda_context_mib"], "runtime.cuda_context_mib", 1 << 20), 1 << 20);
+  if (rt.contains("drop_outputs_before_backward"))
+    out.drop_outputs_before_backward = boolean(rt["drop_outputs_before_backward"], "runtime.drop_outputs_before_backward");
+  if (rt.contains("use_cache_in_training"))
+    out.use_cache_in_training = boolean(rt["use_cache_in_training"], "runtime.use_cache_in_training");
+}
+
 }  // namespace
 
 json request_options() {
   return {{"task", names_of(kTasks)},           {"precision", names_of(kPrecisions)},
           {"quantization", names_of(kQuant)},   {"optimizer", names_of(kOptimizers)},
-          {"attention", names_of(kAttention)},  {"parallelism.method", names_of(kMethods)},
-          {"inference.kv_cache_dtype", names_of(kKv)}};
+          {"attention", attention_names()},     {"parallelism.method", names_of(kMethods)},
+          {"inference.kv_cache_dtype", names_of(kKv)}, {"runtime.framework", framework_names()},
+          {"lora.adapter_dtype", names_of(kAdapter)}};
 }
 
 const char* to_string(Task t) { return name_of(t, kTasks); }
@@ -147,6 +217,7 @@ const char* to_string(Quantization q) { return name_of(q, kQuant); }
 const char* to_string(Optimizer o) { return name_of(o, kOptimizers); }
 const char* to_string(AttentionImpl a) { return name_of(a, kAttention); }
 const char* to_string(ParallelMethod m) { return name_of(m, kMethods); }
+const char* to_string(Framework f) { return framework_traits(f, "").name; }
 
 Request parse_request(const json& j, ConfigLookup config_for_id) {
   if (!j.is_object()) throw Error("the request must be a JSON object, e.g. {\"model\": {\"id\": \"meta-llama/Llama-2-7b-hf\"}}");
@@ -186,7 +257,8 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
   if (j.contains("precision")) r.precision = pick(j["precision"], "precision", kPrecisions);
   if (j.contains("quantization")) r.quantization = pick(j["quantization"], "quantization", kQuant);
   if (j.contains("optimizer")) r.optimizer = pick(j["optimizer"], "optimizer", kOptimizers);
-  if (j.contains("attention")) r.attention = pick(j["attention"], "attention", kAttention);
+  if (j.contains("attention") && !(j["attention"].is_string() && j["attention"].get<std::string>() == "auto"))
+    r.attention = pick_attention(j["attention"]);
   if (j.contains("device")) r.device = pick(j["device"], "device", kDevices);
   if (j.contains("micro_batch_size")) r.micro_batch_size = positive(j["micro_batch_size"], "micro_batch_size", kMaxBatch);
   if (j.contains("sequence_length")) r.sequence_length = positive(j["sequence_length"], "sequence_length", kMaxTokens);
@@ -202,10 +274,17 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     r.frozen_layers = static_cast<u64>(f.get<std::int64_t>());
   }
 
+  bool dropout_given = false;
   if (j.contains("lora")) {
     const json& l = j["lora"];
     if (!l.is_object()) throw Error("request field \"lora\" must be an object like {\"rank\": 16, \"targets\": [\"q_proj\"]}");
     check_keys(l, "\"lora\"", {"rank", "alpha", "targets", "adapter_dtype", "dropout"});
+    if (l.contains("dropout")) {
+      const double p = number(l["dropout"], "lora.dropout");
+      if (!(p >= 0 && p < 1)) throw Error("request field \"lora.dropout\" must be a probability from 0 to below 1 (e.g. 0.05)");
+      r.lora.dropout = p;
+      dropout_given = true;
+    }
     if (l.contains("rank")) r.lora.rank = positive(l["rank"], "lora.rank", 1 << 20);
     if (l.contains("alpha")) r.lora.alpha = number(l["alpha"], "lora.alpha");
     if (l.contains("targets")) {
@@ -225,7 +304,6 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
       }
     }
     if (l.contains("adapter_dtype")) {
-      constexpr std::pair<const char*, u64> kAdapter[] = {{"auto", 0}, {"fp32", 4}, {"bf16", 2}, {"fp16", 2}};
       r.lora.adapter_bytes = pick(l["adapter_dtype"], "lora.adapter_dtype", kAdapter);
     }
   }
@@ -321,46 +399,26 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     r.num_gpus = mul(mul(par.dp, par.tp), mul(par.pp, par.cp));
   }
 
-  if (j.contains("runtime")) {
-    const json& rt = j["runtime"];
-    if (!rt.is_object()) throw Error("request field \"runtime\" must be an object");
-    check_keys(rt, "\"runtime\"",
-               {"cuda_context_mib", "drop_outputs_before_backward", "use_cache_in_training", "zero_grad_to_none",
-                "framework", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile"});
-    if (rt.contains("compile")) r.runtime.compile = boolean(rt["compile"], "runtime.compile");
-    if (rt.contains("zero_grad_to_none")) r.runtime.zero_grad_to_none = boolean(rt["zero_grad_to_none"], "runtime.zero_grad_to_none");
-    if (rt.contains("framework")) {
-      constexpr std::pair<const char*, int> kFrameworks[] = {{"hf", 0}, {"torchtune", 1}};
-      r.runtime.framework = pick(rt["framework"], "runtime.framework", kFrameworks) == 1 ? "torchtune" : "hf";
-    }
-    if (rt.contains("loss_chunks") && !(rt["loss_chunks"].is_number_integer() && rt["loss_chunks"].get<std::int64_t>() == 0))
-      r.runtime.loss_chunks = positive(rt["loss_chunks"], "runtime.loss_chunks", 1 << 16);  // 0: not chunked
-    if (rt.contains("optimizer_in_backward"))
-      r.runtime.optimizer_in_backward = boolean(rt["optimizer_in_backward"], "runtime.optimizer_in_backward");
-    if (rt.contains("activation_offloading"))
-      r.runtime.activation_offloading = boolean(rt["activation_offloading"], "runtime.activation_offloading");
-    if (rt.contains("cuda_context_mib"))
-      r.runtime.cuda_context_bytes = mul(positive(rt["cuda_context_mib"], "runtime.cuda_context_mib", 1 << 20), 1 << 20);
-    if (rt.contains("drop_outputs_before_backward"))
-      r.runtime.drop_outputs_before_backward = boolean(rt["drop_outputs_before_backward"], "runtime.drop_outputs_before_backward");
-    if (rt.contains("use_cache_in_training"))
-      r.runtime.use_cache_in_training = boolean(rt["use_cache_in_training"], "runtime.use_cache_in_training");
-  }
+  bool prepare_kbit_given = false;
+  if (j.contains("runtime")) parse_runtime(j["runtime"], r.runtime, prepare_kbit_given);
+  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
+  if (r.runtime.framework_version.empty()) r.runtime.framework_version = fw.modelled_version;
+  if (!dropout_given) r.lora.dropout = fw.lora_dropout;
 
   if (r.frozen_layers > 0) {
     if (r.task != Task::Full) throw Error("frozen_layers applies to full fine-tuning (LoRA freezes the base model already)");
     r.model.groups = freeze_bottom_layers(r.model.groups, r.frozen_layers, r.model.layers);
   }
 
-  // torchtune keeps LoRA adapters in the model dtype (PEFT upcasts them to fp32).
-  if (r.runtime.framework == "torchtune" && r.lora.adapter_bytes == 0)
+  // torchtune and LitGPT keep LoRA adapters in the model dtype (PEFT upcasts them to fp32).
+  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 0)
     r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
 
   // Consistency between fields.
   if (r.task == Task::Qlora && (r.quantization == Quantization::None || r.quantization == Quantization::GptqInt4 ||
                                 r.quantization == Quantization::AwqInt4 || r.quantization == Quantization::Fp8)) {
     if (r.quantization != Quantization::None)
-      throw Error("task \"qlora\" trains over bitsandbytes weights: use quantization \"nf4\", \"nf4_double\" or \"int8\"");
+      throw Error("task \"qlora\" trains over bitsandbytes weights: use quantization \"nf4\", \"nf4_double\", \"fp4\" or \"int8\"");
     r.quantization = Quantization::Nf4;
   }
   if ((r.task == Task::Full || r.task == Task::Lora) && r.quantization != Quantization::None) {
@@ -368,9 +426,7 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
       throw Error("full fine-tuning cannot train quantized weights: set quantization to \"none\", or use task \"qlora\"");
     r.task = Task::Qlora;  // LoRA over quantized weights is QLoRA
   }
-  if (r.precision == Precision::AmpFp16 && r.optimizer == Optimizer::Adafactor) {
-    // fine: listed only to document that GradScaler works with any optimizer
-  }
+  if (!prepare_kbit_given) r.runtime.prepare_kbit = r.task == Task::Qlora && fw.prepare_kbit;
   return r;
 }
 
@@ -381,7 +437,8 @@ json request_to_json(const Request& r) {
   j["lora"] = {{"rank", r.lora.rank},
                {"alpha", r.lora.alpha},
                {"targets", r.lora.all_linear ? json("all-linear") : json(r.lora.targets)},
-               {"adapter_dtype", r.lora.adapter_bytes == 0 ? "auto" : r.lora.adapter_bytes == 4 ? "fp32" : "bf16"}};
+               {"adapter_dtype", r.lora.adapter_bytes == 0 ? "auto" : r.lora.adapter_bytes == 4 ? "fp32" : "bf16"},
+               {"dropout", r.lora.dropout}};
   j["precision"] = to_string(r.precision);
   j["quantization"] = to_string(r.quantization);
   j["optimizer"] = to_string(r.optimizer);
@@ -406,7 +463,9 @@ json request_to_json(const Request& r) {
                       {"gradient_as_bucket_view", p.gradient_as_bucket_view},
                       {"pipeline_schedule", p.gpipe ? "gpipe" : "1f1b"}};
   j["device"] = r.device == Device::Cuda ? "cuda" : "cpu";
-  j["runtime"] = {{"framework", r.runtime.framework},
+  j["runtime"] = {{"framework", to_string(r.runtime.framework)},
+                  {"framework_version", r.runtime.framework_version},
+                  {"prepare_kbit", r.runtime.prepare_kbit},
                   {"zero_grad_to_none", r.runtime.zero_grad_to_none},
                   {"loss_chunks", r.runtime.loss_chunks},
                   {"optimizer_in_backward", r.runtime.optimizer_in_backward},

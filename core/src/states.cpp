@@ -30,7 +30,8 @@ namespace {
 /// (e4m3, as DeepSeek-V3 ships): 8-bit values and an fp32 scale per 128 x 128 block.
 u64 quantized_bits_x1024(Quantization q) {
   switch (q) {
-    case Quantization::Nf4: return 4 * 1024 + 512;
+    case Quantization::Nf4:
+    case Quantization::Fp4: return 4 * 1024 + 512;  // bitsandbytes FP4: same codes and absmax layout as NF4
     case Quantization::Nf4Double: return 4 * 1024 + 128 + 2;
     case Quantization::Int8: return 8 * 1024;
     case Quantization::GptqInt4:
@@ -39,6 +40,28 @@ u64 quantized_bits_x1024(Quantization q) {
     case Quantization::None: return 0;
   }
   return 0;
+}
+
+/// Bytes of bitsandbytes' quantization constants held beside each quantized Linear weight besides
+/// the per-block absmax counted in quantized_bits_x1024 (functional.py quantize_4bit, 0.50.2): the
+/// 4-bit code table (16 fp32) of its QuantState; double quantization adds state2's 8-bit dynamic
+/// map (256 fp32, created per call of quantize_blockwise) and the fp32 absmax offset.
+u64 quant_state_constants(Quantization q) {
+  switch (q) {
+    case Quantization::Nf4:
+    case Quantization::Fp4: return 16 * 4;
+    case Quantization::Nf4Double: return 16 * 4 + 256 * 4 + 4;
+    default: return 0;
+  }
+}
+
+/// bitsandbytes 8-bit optimizer states of one trainable tensor of `n` elements, `nstates` states
+/// (optim/optimizer.py Optimizer2State / Optimizer1State.init_state, 0.50.2): a tensor under
+/// min_8bit_size (4096 elements) keeps fp32 states; a larger one uint8 codes and an fp32 absmax
+/// per 256-element block (blockwise=True). Same on CUDA and on the CPU backend.
+u64 bnb8_tensor_states(u64 n, u64 nstates) {
+  if (n < 4096) return mul(nstates, 4, n);
+  return mul(nstates, add(n, mul(4, div_ceil(n, 256))));
 }
 
 bool lora_targets(const Request& r, const std::string& name) {
@@ -127,6 +150,53 @@ u64 largest_adapter(const Request& r, const Linear& l, Adapter a) {
   return mul(r.lora.rank, std::max(l.in, l.out));
 }
 
+/// Elements of `total` parameters held in tensors of `width` (norm weights, biases): whole ones
+/// and the remainder, for the per-tensor rule of bnb8_tensor_states.
+u64 bnb8_vectors(u64 total, u64 width, u64 nstates) {
+  if (total == 0) return 0;
+  if (width == 0) return bnb8_tensor_states(total, nstates);
+  return add(mul(total / width, bnb8_tensor_states(width, nstates)), bnb8_tensor_states(total % width, nstates));
+}
+
+/// bitsandbytes 8-bit optimizer states of the whole model, tensor by tensor (see
+/// bnb8_tensor_states), plus the quantization maps the optimizer shares across tensors (one
+/// 256-entry fp32 map per state kind: name2qmap "dynamic" / "udynamic").
+u64 bnb8_states(const Request& r, u64 nstates) {
+  const ModelSpec& m = r.model;
+  const bool full = r.task == Task::Full;
+  u64 st = 0;
+  for (const LayerGroup& g : m.groups) {
+    u64 per = 0;
+    for (const Linear& l : g.linears) {
+      // Transformers 5 fuses routed experts into one [E, ...] parameter; other Linears are one each
+      const u64 tensors = l.copies > 1 && !l.routed ? l.copies : 1;
+      if (full && !g.frozen) {
+        per = add(per, mul(tensors, bnb8_tensor_states(l.weight_params() / tensors, nstates)));
+        per = add(per, mul(tensors, bnb8_tensor_states(l.bias_params() / tensors, nstates)));
+      }
+      const Adapter a = full ? Adapter::None : lora_adapter(r, g, l);
+      if (a == Adapter::Module)
+        per = add(per, mul(l.copies, add(bnb8_tensor_states(mul(r.lora.rank, l.in), nstates),
+                                         bnb8_tensor_states(mul(r.lora.rank, l.out), nstates))));
+      else if (a == Adapter::Param) {
+        const u64 rank_e = mul(r.lora.rank, l.copies), wide = l.input == LinearInput::MlpIn ? 2 : 1;
+        per = add(per, add(bnb8_tensor_states(mul(rank_e, l.in), nstates),
+                           bnb8_tensor_states(mul(wide, rank_e, l.out), nstates)));
+      }
+    }
+    if (full && !g.frozen) per = add(per, bnb8_vectors(g.other_params, m.hidden, nstates));
+    st = add(st, mul(g.count, per));
+  }
+  if (full) {
+    if (r.frozen_layers == 0)
+      st = add(st, add(bnb8_tensor_states(m.embedding_params, nstates), bnb8_tensor_states(m.position_params, nstates)));
+    if (!m.tied_embeddings) st = add(st, bnb8_tensor_states(m.lm_head.weight_params(), nstates));
+    st = add(st, bnb8_tensor_states(m.lm_head.bias_params(), nstates));
+    st = add(st, bnb8_vectors(m.other_params, m.hidden, nstates));
+  }
+  return add(st, mul(nstates, 256 * 4));
+}
+
 }  // namespace
 
 ModelStates model_states(const Request& r, MixedMode mixed) {
@@ -144,7 +214,9 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
   u64 wbytes = fp32 ? 4 : 2;
   if (!inference && mixed == MixedMode::Autocast) wbytes = 4;
   if (!inference && mixed == MixedMode::ShardedFp32) wbytes = 4;  // the sharded fp32 params
-  const u64 frozen_bytes = (quantized || inference || mixed != MixedMode::Autocast) ? (fp32 ? 4 : 2) : wbytes;
+  // frozen weights: the load dtype (autocast: fp32), fp32 once prepare_model_for_kbit_training upcast them
+  u64 frozen_bytes = (inference || mixed != MixedMode::Autocast) ? (fp32 ? 4 : 2) : wbytes;
+  if (kbit_upcast(r) || (quantized && !inference && mixed == MixedMode::Autocast)) frozen_bytes = 4;
   // PEFT upcasts adapters to fp32 unless told otherwise (autocast_adapter_dtype=True).
   const u64 adapter_bytes = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   const u64 qbits = quantized_bits_x1024(r.quantization);
@@ -164,9 +236,16 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       tl.parametrized.push_back(adapter == Adapter::Param);
       const bool split = l.split != TpSplit::Replicated;
       u64 w = 0;
-      if (quantized) {
+      // bitsandbytes replaces nn.Linear modules only: Transformers 5's fused expert parameters
+      // ([E, ...], not Linears) stay in the load dtype, and prepare_kbit upcasts them with the rest
+      // (measured, mixtral-tiny nf4_double: 2 layers x 4 experts x 3 x 128 x 448 in fp32 = 5,505,024 B
+      // beside the 4-bit attention)
+      const bool bnb = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                       r.quantization == Quantization::Fp4 || r.quantization == Quantization::Int8;
+      if (quantized && !(bnb && g.moe && l.routed)) {
         w = div_ceil(mul(l.weight_params(), qbits), 8 * 1024);
         if (r.quantization == Quantization::Int8) w = add(w, mul(4, l.out, l.copies));  // fp32 row scales
+        w = add(w, mul(quant_state_constants(r.quantization), l.copies));
         w = add(w, mul(frozen_bytes, l.bias_params()));
       } else {
         w = mul(full ? wbytes : frozen_bytes, l.params());  // frozen layers of a full run are loaded alike
@@ -239,18 +318,19 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       s.step_temporary = mul(sb, s.largest_trainable_tensor);  // denom = exp_avg_sq.sqrt() of one tensor
       s.step_temporary_per_tensor = true;
       break;
-    case Optimizer::AdamW8bit:
-      // two uint8 states + an fp32 absmax per 2048-element block for each (bitsandbytes blockwise)
-      s.state_bytes = add(mul(2, n), mul(2, 4, div_ceil(n, 2048)));
+    case Optimizer::AdamW8bit: s.state_bytes = bnb8_states(r, 2); break;  // step: one kernel per tensor, no temporaries
+    case Optimizer::PagedAdamW8bit:
+      // bitsandbytes' CPU backend has no paged memory: the states are ordinary tensors there
+      (r.device == Device::Cpu ? s.state_bytes : s.paged_state_bytes) = bnb8_states(r, 2);
       break;
-    case Optimizer::PagedAdamW8bit: s.paged_state_bytes = add(mul(2, n), mul(2, 4, div_ceil(n, 2048))); break;
     case Optimizer::PagedAdamW: s.paged_state_bytes = mul(2, 4, n); break;
     case Optimizer::Sgd: break;
     case Optimizer::SgdMomentum: s.state_bytes = mul(sb, n); break;
     case Optimizer::Lion:
-      s.state_bytes = mul(sb, n);
-      s.step_temporary = mul(2, sb, s.largest_trainable_tensor);  // lion-pytorch: update = exp_avg.clone()...
-      s.step_temporary_per_tensor = true;
+      // bitsandbytes.optim.Lion (what Trainer's optim="lion_32bit" builds): one fp32 state per
+      // element whatever the parameter dtype (Optimizer1State.init_state, optim_bits=32), updated by
+      // one kernel per tensor without temporaries (CUDA kernel; the CPU backend's custom op)
+      s.state_bytes = mul(4, n);
       break;
     case Optimizer::Adafactor: {
       // transformers.Adafactor: factored second moment (fp32 row + column vectors) for matrices,

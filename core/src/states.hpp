@@ -47,4 +47,11 @@ struct ModelStates {
 
 [[nodiscard]] ModelStates model_states(const Request& r, MixedMode mixed);
 
+/// PEFT's prepare_model_for_kbit_training ran on the quantized model (peft/utils/other.py, 0.21):
+/// every fp16/bf16 parameter that is not a 4-bit Params4bit (embeddings, norms, lm_head, biases)
+/// is cast to fp32. bitsandbytes' Linear4bit returns its output in its input's dtype
+/// (nn/modules.py Linear4bit.forward: `.to(inp_dtype)`), so from the fp32 embedding on the
+/// whole stream runs in fp32: only the 4-bit matmul computes in bnb_4bit_compute_dtype.
+[[nodiscard]] inline bool kbit_upcast(const Request& r) { return r.task == Task::Qlora && r.runtime.prepare_kbit; }
+
 }  // namespace memfit::detail

@@ -17,7 +17,9 @@ namespace memfit {
 enum class Task { Full, Lora, Qlora, Inference };
 /// fp32: everything fp32. amp_*: fp32 master weights, autocast compute. bf16/fp16: pure half.
 enum class Precision { Fp32, AmpBf16, AmpFp16, Bf16, Fp16 };
-enum class Quantization { None, Int8, Nf4, Nf4Double, GptqInt4, AwqInt4, Fp8 };
+/// Nf4 / Nf4Double / Fp4: bitsandbytes 4-bit (Double: quantized absmax constants). Int8:
+/// bitsandbytes LLM.int8(). GptqInt4 / AwqInt4: pre-quantized checkpoints (PEFT trains LoRA on them).
+enum class Quantization { None, Int8, Nf4, Nf4Double, Fp4, GptqInt4, AwqInt4, Fp8 };
 enum class Optimizer {
   AdamW,           ///< torch.optim.AdamW, foreach implementation (PyTorch's default on CUDA)
   AdamWFused,      ///< torch.optim.AdamW(fused=True): no step temporaries
@@ -30,7 +32,12 @@ enum class Optimizer {
   Adafactor,       ///< transformers Adafactor defaults (factored second moment, no first moment)
   Lion,            ///< one momentum state
 };
+/// The kernel that runs. The request's "auto" resolves, per model, to what Transformers runs
+/// when attn_implementation is not given (SDPA where the family supports it, else eager).
 enum class AttentionImpl { Eager, Sdpa, FlashAttention2 };
+/// The training framework: it decides defaults (load dtype, LoRA targets and dropout, loss,
+/// checkpointing) through the table in frameworks.cpp. "hf" is an alias of Transformers.
+enum class Framework { Transformers, Trl, Torchtune, Litgpt, Axolotl, LlamaFactory, Swift, Unsloth };
 /// Where the workload runs: CUDA (what users plan for) or CPU (the validator's exact
 /// accounting, where some kernels keep other tensors).
 enum class Device { Cuda, Cpu };
@@ -42,8 +49,12 @@ enum class ParallelMethod {
 struct LoraSetup {
   u64 rank = 16;
   double alpha = 32;
+  /// Module names. Default: the framework's (PEFT: its per-model_type mapping; see frameworks.cpp).
   std::vector<std::string> targets = {"q_proj", "v_proj"};
   bool all_linear = false;     ///< "all-linear": every Linear in the decoder layers
+  /// lora_dropout: with p > 0 every adapted Linear keeps its own dropped copy of its input for
+  /// backward. Default: the framework's (PEFT LoraConfig: 0.0).
+  double dropout = 0;
   /// Adapter weight dtype: PEFT upcasts adapters to fp32 (autocast_adapter_dtype=True);
   /// torchtune keeps them in the model dtype. 0 = follow the precision (PEFT behaviour).
   u64 adapter_bytes = 0;
@@ -84,8 +95,14 @@ struct Runtime {
   /// zero_grad(set_to_none=True) (PyTorch >= 2.0 default): gradients do not exist during the
   /// forward. False: zeroed gradients stay allocated across steps (PyTorch 1.x default).
   bool zero_grad_to_none = true;
-  /// "hf" (Transformers + PEFT) or "torchtune": decides the loss path and the adapter dtype.
-  std::string framework = "hf";
+  /// Who runs the step (Transformers Trainer + PEFT by default): see frameworks.cpp.
+  Framework framework = Framework::Transformers;
+  /// The framework's version; "" = the version memfit's table was read from (reported back).
+  std::string framework_version;
+  /// PEFT prepare_model_for_kbit_training: the non-quantized parameters (norms, embeddings,
+  /// head) are upcast to fp32, inputs get requires_grad and gradient checkpointing is switched
+  /// on. Default: true for QLoRA under frameworks that call it (Transformers/TRL recipes).
+  bool prepare_kbit = false;
   u64 loss_chunks = 0;                 ///< chunked cross-entropy (torchtune CEWithChunkedOutputLoss: 8)
   bool optimizer_in_backward = false;  ///< each parameter is stepped and its gradient freed during backward
   bool activation_offloading = false;  ///< saved activations are moved to CPU memory during forward
@@ -108,7 +125,7 @@ struct Request {
   u64 gradient_accumulation_steps = 1;
   bool gradient_checkpointing = false;
   u64 frozen_layers = 0;       ///< full fine-tuning: the embeddings and the first N decoder layers are frozen
-  AttentionImpl attention = AttentionImpl::Sdpa;
+  AttentionImpl attention = AttentionImpl::Sdpa;  ///< resolved: "auto" never reaches the estimator
   InferenceSetup inference;
   GpuSetup gpu;
   u64 num_gpus = 1;
@@ -127,6 +144,9 @@ using ConfigLookup = bool (*)(const std::string& id, nlohmann::json& config);
 /// The accepted values of every enumerated request field, from the tables the parser uses.
 [[nodiscard]] nlohmann::json request_options();
 
+/// What each precision value means, in the words of the frameworks' own switches.
+[[nodiscard]] nlohmann::json precision_meanings();
+
 /// The request as JSON, every default filled in (what the page shows and the URL stores).
 [[nodiscard]] nlohmann::json request_to_json(const Request& r);
 
@@ -136,5 +156,6 @@ using ConfigLookup = bool (*)(const std::string& id, nlohmann::json& config);
 [[nodiscard]] const char* to_string(Optimizer o);
 [[nodiscard]] const char* to_string(AttentionImpl a);
 [[nodiscard]] const char* to_string(ParallelMethod m);
+[[nodiscard]] const char* to_string(Framework f);
 
 }  // namespace memfit

@@ -1,0 +1,147 @@
+// The framework table: one row per framework and version range (see frameworks.hpp).
+//
+// Facts were read from each framework's own source; the row's `source` says where. A framework
+// whose step memfit's CPU validator does not run has measured_on_cpu = false, and the estimate
+// says so in its notes.
+#include "frameworks.hpp"
+
+#include <cstdlib>
+#include <iterator>
+
+#include "memfit/error.hpp"
+
+namespace memfit {
+
+namespace {
+
+using LT = LoraTargetsDefault;
+using LD = LoadDtype;
+
+// clang-format off
+constexpr FrameworkTraits kFrameworks[] = {
+    // Transformers 5 from_pretrained loads the checkpoint's dtype ("auto" became the default);
+    // TrainingArguments has bf16=False and gradient_checkpointing=False; PEFT LoraConfig has
+    // lora_dropout=0.0 and target_modules=None -> its per-model_type mapping; the LM loss
+    // upcasts the full logits to fp32 (ForCausalLMLoss).
+    {Framework::Transformers, "transformers", "5.0", "5.23", 0.0, LT::PeftMapping,
+     LD::Fp32Bf16Autocast, LD::Checkpoint, false, true, false, LossKind::Plain, 0, 0, false, true,
+     "torch.cuda.max_memory_allocated() if the user prints it (the Trainer prints none)",
+     "transformers modeling_utils (dtype='auto'), training_args.py; peft tuners_utils._prepare_adapter_config"},
+    // TRL 1.0 SFTTrainer: the model id is loaded in float32 (model_init_kwargs), SFTConfig sets
+    // bf16=True and gradient_checkpointing=True; TRL's ModelConfig LoRA: r 16, alpha 32,
+    // dropout 0.05, targets None (PEFT mapping). Entropy and mean_token_accuracy are computed
+    // from the [b, s, V] logits after the loss, so the logits live until the step ends.
+    {Framework::Trl, "trl", "1.0", "1.0", 0.05, LT::PeftMapping,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::Plain, 0, 0, true, true,
+     "none printed", "trl trainer/sft_config.py, trainer/model_config.py, trainer/sft_trainer.py (compute_loss metrics)"},
+    // TRL 1.16: add_fused_lm_head(outputs=("log_probs", "entropy", "is_top1")) computes the
+    // loss and both metrics in chunks without materialising the full logits.
+    {Framework::Trl, "trl", "1.16", "1.16", 0.05, LT::PeftMapping,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, true,
+     "none printed", "trl 1.16 trainer/sft_trainer.py (add_fused_lm_head), trainer/utils.py"},
+    // torchtune 0.6 recipes: dtype bf16, CEWithChunkedOutputLoss (8 chunks), LoRA on
+    // q/v/output_proj + MLP in the shipped *_lora configs, lora_dropout 0.0 (model builders),
+    // adapters in the model dtype.
+    {Framework::Torchtune, "torchtune", "0.1", "0.6.1", 0.0, LT::AttentionOutMlp,
+     LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true,
+     "log_memory_stats: torch.cuda.max_memory_allocated / reserved of the step",
+     "torchtune models/llama3/_model_builders.py, modules/loss/ce_chunked_output_loss.py, recipes/configs/*_lora*.yaml"},
+    // LitGPT finetune/lora.py: lora_r 8, alpha 16, dropout 0.05, query+value only; precision
+    // get_default_supported_precision(training=True) = "bf16-mixed" (fp32 weights);
+    // model(input_ids, lm_head_chunk_size=128) + chunked_cross_entropy. Its printed
+    // "Memory used" is max_memory_allocated after training, so it includes the final
+    // validation and the sample generation.
+    {Framework::Litgpt, "litgpt", "0.4", "0.5", 0.05, LT::QueryValue,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedOutput, 0, 128, false, false,
+     "torch.cuda.max_memory_allocated() at the end: includes validation and generation",
+     "litgpt finetune/lora.py, finetune/full.py, utils.py (chunked_cross_entropy)"},
+    // Axolotl: model loaded in bf16 when bf16 is on (its examples set bf16: auto), Trainer
+    // underneath; PEFT targets from lora_target_modules / lora_target_linear, dropout 0.0
+    // when unset; QLoRA through prepare_model_for_kbit_training.
+    {Framework::Axolotl, "axolotl", "0.5", "0.9", 0.0, LT::PeftMapping,
+     LD::Bf16, LD::Bf16, false, true, false, LossKind::Plain, 0, 0, false, false,
+     "none printed by default", "axolotl utils/schemas/peft.py, loaders/model.py"},
+    // LLaMA-Factory: LoRA lora_target "all" (all linear), lora_dropout 0.0, model in the
+    // compute dtype (bf16); full fine-tuning upcasts the trainable parameters to fp32.
+    {Framework::LlamaFactory, "llamafactory", "0.8", "0.9", 0.0, LT::AllLinear,
+     LD::Fp32Bf16Autocast, LD::Bf16, false, true, false, LossKind::Plain, 0, 0, false, false,
+     "none printed", "llamafactory hparams/finetuning_args.py, model/adapter.py"},
+    // ms-swift: target_modules all-linear, lora_dropout 0.05, torch_dtype from the checkpoint.
+    {Framework::Swift, "swift", "3.0", "3.x", 0.05, LT::AllLinear,
+     LD::Checkpoint, LD::Checkpoint, false, true, false, LossKind::Plain, 0, 0, false, false,
+     "none printed", "swift arguments/tuner_args.py (documented defaults)"},
+    // Unsloth FastLanguageModel.get_peft_model: q/k/v/o/gate/up/down, lora_dropout 0,
+    // bf16 weights; its offloaded "unsloth" checkpointing and fused kernels are not modelled.
+    {Framework::Unsloth, "unsloth", "2024.1", "2025.x", 0.0, LT::AttentionAndMlp,
+     LD::Bf16, LD::Bf16, false, true, true, LossKind::FusedLinear, 0, 0, false, false,
+     "none printed", "unsloth models/llama.py get_peft_model (documented defaults)"},
+};
+// clang-format on
+
+/// "1.16.0" > "1.2": compares dot-separated numbers (missing parts are 0).
+int compare_versions(const std::string& a, const std::string& b) {
+  const char* pa = a.c_str();
+  const char* pb = b.c_str();
+  while (*pa || *pb) {
+    char* ea = nullptr;
+    char* eb = nullptr;
+    const long va = *pa ? std::strtol(pa, &ea, 10) : 0;
+    const long vb = *pb ? std::strtol(pb, &eb, 10) : 0;
+    if (va != vb) return va < vb ? -1 : 1;
+    pa = *pa ? ea : pa;
+    pb = *pb ? eb : pb;
+    while (*pa && (*pa < '0' || *pa > '9')) ++pa;
+    while (*pb && (*pb < '0' || *pb > '9')) ++pb;
+  }
+  return 0;
+}
+
+bool plausible_version(const std::string& v) {
+  if (v.empty() || v.size() > 32 || v[0] < '0' || v[0] > '9') return false;
+  for (char c : v)
+    if (!((c >= '0' && c <= '9') || c == '.' || (c >= 'a' && c <= 'z') || c == '+' || c == '-')) return false;
+  return true;
+}
+
+}  // namespace
+
+const FrameworkTraits& framework_traits(Framework f, const std::string& version) {
+  const FrameworkTraits* found = nullptr;
+  const FrameworkTraits* first = nullptr;
+  for (const FrameworkTraits& t : kFrameworks) {
+    if (t.id != f) continue;
+    if (!first) first = &t;
+    if (version.empty() || compare_versions(version, t.since_version) >= 0) found = &t;
+  }
+  if (!first) throw Error("internal: framework missing from the table");
+  if (!version.empty() && !plausible_version(version))
+    throw Error("request field \"runtime.framework_version\" must be a version like \"" + std::string(first->modelled_version) +
+                "\"; got \"" + version + "\"");
+  if (!found)
+    throw Error(std::string("runtime.framework_version \"") + version + "\" is older than " + first->name + " " +
+                first->since_version + ", the first version memfit models: use " + first->since_version + " or newer");
+  return *found;
+}
+
+std::vector<std::string> framework_names() {
+  std::vector<std::string> out;
+  for (const FrameworkTraits& t : kFrameworks)
+    if (out.empty() || out.back() != t.name) out.push_back(t.name);
+  out.push_back("hf");
+  return out;
+}
+
+bool framework_from_name(const std::string& name, Framework& out) {
+  if (name == "hf") {
+    out = Framework::Transformers;
+    return true;
+  }
+  for (const FrameworkTraits& t : kFrameworks)
+    if (name == t.name) {
+      out = t.id;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace memfit

@@ -1,0 +1,70 @@
+// memfit: what each training framework does by default, as data (frameworks.cpp holds the table).
+//
+// A framework decides things the user rarely writes down: the dtype the model is loaded in,
+// which Linears get LoRA and with what dropout, how the loss is computed, whether QLoRA runs
+// PEFT's prepare_model_for_kbit_training, and what its own printed "memory used" covers.
+// Every default here can be overridden in the request.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "memfit/request.hpp"
+
+namespace memfit {
+
+/// Which modules get LoRA when the request names none.
+enum class LoraTargetsDefault {
+  PeftMapping,      ///< PEFT's per-model_type mapping (family_traits.cpp); all-linear where it has none
+  AllLinear,        ///< every Linear in the decoder layers
+  AttentionAndMlp,  ///< q, k, v, o, gate, up, down (Unsloth's documented call)
+  AttentionOutMlp,  ///< torchtune recipes: q, v, output projection + the MLP
+  QueryValue,       ///< q and v only (LitGPT's lora_query / lora_value)
+};
+
+/// The dtype the base weights are loaded in when the request gives no precision.
+enum class LoadDtype {
+  Checkpoint,          ///< the config's torch_dtype / dtype (Transformers 5 from_pretrained default)
+  Fp32Bf16Autocast,    ///< fp32 weights, bf16 autocast (amp_bf16)
+  Bf16,                ///< bf16 weights (pure half)
+};
+
+/// How the loss reaches the logits.
+enum class LossKind {
+  Plain,               ///< full [b, s, V] logits, upcast to fp32 inside cross-entropy
+  ChunkedOutput,       ///< the head output is a list of chunks, each upcast separately (torchtune, LitGPT)
+  FusedLinear,         ///< the head and the loss fused: no [b, s, V] logits (TRL's fused LM head, Liger FLCE)
+};
+
+struct FrameworkTraits {
+  Framework id;
+  const char* name;               ///< request value
+  const char* since_version;      ///< this row applies from this version on (rows of one framework ascend)
+  const char* modelled_version;   ///< the version whose source the row was read from
+  double lora_dropout;            ///< default lora_dropout
+  LoraTargetsDefault lora_targets;
+  LoadDtype full_load;            ///< full fine-tuning precision default
+  LoadDtype lora_load;            ///< LoRA/QLoRA base-weight precision default
+  bool adapters_in_model_dtype;   ///< adapters stay in the base dtype (false: PEFT upcasts them to fp32)
+  bool prepare_kbit;              ///< QLoRA runs prepare_model_for_kbit_training by default
+  bool gradient_checkpointing;    ///< switched on by default (TRL's SFTConfig)
+  LossKind loss;
+  u64 loss_chunks;                ///< ChunkedOutput: a fixed number of chunks (0: see chunk_tokens)
+  u64 loss_chunk_tokens;          ///< ChunkedOutput: chunks of this many tokens (LitGPT: 128)
+  bool logits_metrics;            ///< [b, s, V] logits stay alive after the loss for metrics (TRL 1.0)
+  bool measured_on_cpu;           ///< its own training step runs in memfit's CPU validator
+  const char* memory_report;      ///< what the framework's own printed memory figure covers
+  const char* source;             ///< where the row's facts were read
+};
+
+/// The row for a framework at a version ("" = the newest row). Throws Error for a version
+/// older than the first row (named in the message).
+[[nodiscard]] const FrameworkTraits& framework_traits(Framework f, const std::string& version);
+
+/// The accepted request values of runtime.framework ("hf" is an alias of "transformers").
+[[nodiscard]] std::vector<std::string> framework_names();
+
+/// Parses a request value; false if unknown.
+[[nodiscard]] bool framework_from_name(const std::string& name, Framework& out);
+
+}  // namespace memfit

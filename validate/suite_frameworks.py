@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Generate data/validation/cpu_suite_frameworks.json: QLoRA, bitsandbytes 8-bit optimizers and the
+frameworks' own training steps, measured on CPU like the rest of the suite (issue 8, item 3).
+
+- QLoRA: Transformers' real load path (from_pretrained with a BitsAndBytesConfig) over a
+  random-weight checkpoint, bitsandbytes 0.50's CPU backend (nf4 / nf4 + double quantization /
+  fp4), PEFT's prepare_model_for_kbit_training (on by default, off where the case says so).
+- bitsandbytes optimizers (AdamW8bit, Lion 32-bit) through their CPU backend.
+- Frameworks (runtime.framework): the framework's own step, see validate/frameworks.py.
+
+`cases()` is the generator make_suite.py (or CI) can include; run as a script it writes the file.
+
+    python validate/suite_frameworks.py
+"""
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from make_suite import ROOT, case  # noqa: E402
+
+OUT = os.path.join(ROOT, "data", "validation", "cpu_suite_frameworks.json")
+LORA = {"rank": 8, "alpha": 16, "targets": "all-linear"}
+
+
+def qlora(fam, name, quant="nf4", **kw):
+    kw.setdefault("precision", "bf16")
+    return case(fam, name, task="qlora", quantization=quant, lora=dict(LORA), **kw)
+
+
+def qlora_cases():
+    out = []
+    for quant in ("nf4", "nf4_double", "fp4"):
+        for gc in (False, True):
+            out.append(qlora("llama", f"llama/qlora-{quant}/bf16/{'gc' if gc else 'nogc'}/sdpa", quant,
+                             gradient_checkpointing=gc))
+    out.append(qlora("llama", "llama/qlora-nf4/fp32/nogc/sdpa", precision="fp32"))
+    for gc in (False, True):
+        out.append(qlora("llama", f"llama/qlora-nf4/bf16/{'gc' if gc else 'nogc'}/sdpa/no-prepare-kbit",
+                         gradient_checkpointing=gc, runtime={"prepare_kbit": False}))
+    out.append(qlora("llama", "llama/qlora-nf4/bf16/nogc/sdpa/adamw_8bit", optimizer="adamw_8bit"))
+    for fam in ("qwen3", "gpt2", "phi3", "mixtral"):
+        for gc in (False, True):
+            out.append(qlora(fam, f"{fam}/qlora-nf4_double/bf16/{'gc' if gc else 'nogc'}/eager",
+                             "nf4_double", gradient_checkpointing=gc, attention="eager"))
+    return out
+
+
+def optimizer_cases():
+    out = []
+    for opt in ("adamw_8bit", "lion"):
+        out.append(case("llama", f"llama/full/fp32/nogc/sdpa/{opt}", optimizer=opt))
+        out.append(case("llama", f"llama/full/bf16/gc/sdpa/{opt}", precision="bf16", gradient_checkpointing=True,
+                        optimizer=opt))
+        out.append(case("llama", f"llama/lora/bf16/nogc/sdpa/{opt}", task="lora", precision="bf16",
+                        lora=dict(LORA), optimizer=opt))
+    return out
+
+
+def framework_cases():
+    """Each framework's own step (validate/frameworks.py) on llama-tiny: full, LoRA and QLoRA where the
+    framework runs them on CPU, with the framework's default optimizer (Trainer/SFTConfig:
+    adamw_torch_fused; torchtune's recipe configs: torch.optim.AdamW(fused=True))."""
+    out = []
+    for fw in ("transformers", "trl"):
+        rt = {"framework": fw}
+        out.append(case("llama", f"llama/{fw}/full/fp32/nogc/sdpa", optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(case("llama", f"llama/{fw}/full/bf16/gc/sdpa", precision="bf16", gradient_checkpointing=True,
+                        optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(case("llama", f"llama/{fw}/lora/bf16/nogc/sdpa", task="lora", precision="bf16", lora=dict(LORA),
+                        optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(case("llama", f"llama/{fw}/lora/fp32/gc/sdpa", task="lora", lora=dict(LORA),
+                        gradient_checkpointing=True, optimizer="adamw_fused", runtime=dict(rt)))
+        out.append(qlora("llama", f"llama/{fw}/qlora-nf4/bf16/gc/sdpa", gradient_checkpointing=True,
+                         optimizer="adamw_fused", runtime=dict(rt)))
+    # torchtune 0.6.1's QLoRA (torchao NF4Tensor) needs every quantized weight's block count to be a
+    # multiple of its scaler block (256 blocks of 64): llama-tiny's k/v projections (4,096 elements)
+    # are too small, so torchtune runs full and LoRA here
+    tt = {"framework": "torchtune", "loss_chunks": 8}
+    out.append(case("llama", "llama/torchtune/full/bf16/nogc/sdpa", precision="bf16", optimizer="adamw_fused",
+                    runtime=dict(tt)))
+    out.append(case("llama", "llama/torchtune/full/fp32/gc/sdpa", gradient_checkpointing=True,
+                    optimizer="adamw_fused", runtime=dict(tt)))
+    out.append(case("llama", "llama/torchtune/lora/bf16/nogc/sdpa", task="lora", precision="bf16", lora=dict(LORA),
+                    optimizer="adamw_fused", runtime=dict(tt)))
+    out.append(case("llama", "llama/torchtune/lora/fp32/gc/sdpa", task="lora", lora=dict(LORA),
+                    gradient_checkpointing=True, optimizer="adamw_fused", runtime=dict(tt)))
+    return out
+
+
+def cases():
+    return qlora_cases() + optimizer_cases() + framework_cases()
+
+
+def main():
+    cs = cases()
+    suite = {"description": "memfit CPU validation suite, issue 8: QLoRA through bitsandbytes' CPU backend, "
+                            "bitsandbytes optimizers, and the frameworks' own training steps. Generated by "
+                            "validate/suite_frameworks.py.",
+             "defaults": {"steps": 2}, "cases": cs}
+    with open(OUT, "w") as f:
+        json.dump(suite, f, indent=1)
+        f.write("\n")
+    print(f"wrote {len(cs)} cases to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
