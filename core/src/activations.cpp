@@ -274,7 +274,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       }
       saved_s = add(saved_s, mul(a, probs));
       fwd_s = mul(2, p, a);
-      bwd_s = mul(a, add(mul(2, p), (fp32_softmax && p != 4) ? 4 : 0));
+      // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
+      // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
+      // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
+      // peak dump of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor:
+      // three fp32 [1, 8, 1024, 1024] at _softmax_backward_data, the bf16 copy already gone).
+      // With dropout the moment before is dropout's backward: the softmax output, the mask and
+      // two gradients in dropout's dtype.
+      {
+        const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
+        const u64 capped = m.attn_logit_softcapping ? p : 0;
+        const u64 drop_dtype = (d.amp && !fp32_softmax) ? 4 : p;
+        u64 worst = add(capped, mul(3, sm));
+        if (m.attention_dropout > 0)
+          worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
+        bwd_s = mul(a, sub_floor(worst, probs));
+      }
       break;
     }
     case AttentionImpl::Sdpa:
