@@ -205,6 +205,11 @@ def pattern_cases():
         # Adafactor's step over bf16 parameters (fp32 copies of grad and parameter)
         shaped("gpt2", "gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor", 3, 3, 32000,
                precision="bf16", attention="eager", optimizer="adafactor", micro_batch_size=1, sequence_length=32),
+        # inference at a large vocabulary: the logits next to (or after) the layers' prefill transient
+        shaped("llama", "llama/h128-L3-V32000/inference/bf16/sdpa/b2c128", 1, 3, 32000, task="inference",
+               precision="bf16", inference={"batch_size": 2, "context_length": 128, "new_tokens": 8}),
+        shaped("mixtral", "mixtral/h128-L2-V16384/inference/fp32/sdpa/b2c64", 1, 2, 16384, task="inference",
+               precision="fp32", inference={"batch_size": 2, "context_length": 64, "new_tokens": 8}),
     ]
 
 
