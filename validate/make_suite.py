@@ -205,6 +205,15 @@ def pattern_cases():
         # Adafactor's step over bf16 parameters (fp32 copies of grad and parameter)
         shaped("gpt2", "gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor", 3, 3, 32000,
                precision="bf16", attention="eager", optimizer="adafactor", micro_batch_size=1, sequence_length=32),
+        # checkpointing at long sequences with attention dropout (CPU SDPA's math path, eager)
+        shaped("biogpt", "biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd", 2, 2, 1024, attention="sdpa",
+               gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=384),
+        shaped("gpt_bigcode", "gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd", 2, 2, 1024,
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=384),
+        shaped("phi", "phi/h128-L2-V1024/full/bf16/gc/eager/b2s512/sgd", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=512),
+        shaped("codegen", "codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd", 2, 2, 1024, attention="eager",
+               gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=384),
         # inference at a large vocabulary: the logits next to (or after) the layers' prefill transient
         shaped("llama", "llama/h128-L3-V32000/inference/bf16/sdpa/b2c128", 1, 3, 32000, task="inference",
                precision="bf16", inference={"batch_size": 2, "context_length": 128, "new_tokens": 8}),

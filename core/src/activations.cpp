@@ -313,7 +313,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         keep(mul(4, add(mul(2, qw), ow)));
         saved_s = add(saved_s, mul(12, a));
         fwd_s = mul(2, 4, a);
-        bwd_s = mul(3, 4, a);
+        // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
+        // tensors alive), then frees that output; the mask's mul makes the softmax output's
+        // gradient next to its incoming one. Either moment: the kept tensors plus one fp32 [s, s]
+        // per head (measured, tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd).
+        bwd_s = mul(4, a);
         break;
       }
       {
@@ -508,7 +512,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   {
     // eager's score tensors exist at the attention moment, before the MLP has saved anything;
     // the MLP moments come after they are freed
-    const u64 attn_point = sub_floor(add(mul(fwd_s, tokens, s), mul(tokens, 2, d.residual, h)), mul(tokens, mlp_saved));
+    // (fwd_s counts every score tensor alive at the worst moment of the attention forward; the
+    // ones the layer keeps are already in its saved total, so only the excess is transient:
+    // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
+    // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
+    // holds more [s, s] tensors than the layer keeps)
+    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
+                                     mul(tokens, mlp_saved));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
