@@ -555,7 +555,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // Inside the activation's backward, next to its incoming gradient: BloomGelu's hand-written
     // backward (bloom_gelu_back) holds tanh_out, tanh_out^2, 1 - tanh_out^2 and two products, 5 x
     // [T, i] (measured, bloom/lora/fp32/gc/eager); a fused kernel (silu, gelu) only its output.
-    const u64 act_live = m.activation == "bloom_gelu" ? 5 : 1;
+    // In a parallel block (attention and MLP read the same norm output) GELU written in Python ops
+    // (gelu_new: four saved [T, i] tensors) has one more [T, i] gradient alive at its mul nodes
+    // (measured, peak dump of tuning case codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd:
+    // seven fp32 [768, 1024] at a mul; sequential GPT-2 blocks do not show it).
+    const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 && m.parallel_block ? 2 : 1);
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
   }
