@@ -505,6 +505,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.saved = add(out.saved, per_layer_const);
   out.saved_hidden = mul(hid, tokens);
   out.first_norm = mul(first_norm, tokens);
+  out.mlp_saved = mul(sub_floor(saved, before_mlp), tokens);
   const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.

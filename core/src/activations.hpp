@@ -42,6 +42,9 @@ struct LayerActivations {
   u64 inference_transient = 0; ///< live at the worst moment of a no-grad forward of the layer
   u64 recompute_held = 0;      ///< checkpointing: gradients the layer's first backward nodes hold
                                ///< (beyond the incoming one) while its recomputation runs
+  u64 mlp_saved = 0;           ///< what the MLP block keeps (part of `saved`): nothing in the first layer
+                               ///< of a parallel block whose MLP is frozen when the layer's input needs
+                               ///< no gradient
   u64 first_norm = 0;          ///< what the layer's first norm keeps (part of `saved`): nothing in
                                ///< the first layer when its input needs no gradient (frozen
                                ///< embeddings without checkpointing) and the norm is frozen

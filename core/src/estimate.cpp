@@ -134,8 +134,20 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
     // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output)
-    if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen)
+    if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen) {
       A = sub_floor(A, mul(in_flight, la.first_norm));
+      // In a parallel block the MLP reads that norm's output too: with no adapter on the MLP its
+      // first-layer ops get no input needing a gradient and keep nothing (measured, tuning cases
+      // phi/h256-L4-V1024/lora-r8-attn/fp32/nogc/sdpa/b2s48/adamw_fused and
+      // gptj/h256-L3-V16384/lora-r16-attn/fp32/nogc/eager/b4s64/sgd: layer 0's gelu_new keeps none
+      // of its four [T, i] tensors)
+      bool mlp_adapted = false;
+      for (size_t j = 0; j < m.groups[i].linears.size(); ++j) {
+        const LinearInput in = m.groups[i].linears[j].input;
+        mlp_adapted = mlp_adapted || ((in == LinearInput::MlpIn || in == LinearInput::MlpHidden) && s.linears[i].saves_input[j]);
+      }
+      if (m.parallel_block && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
+    }
     casts_total = add(casts_total, mul(count, casts));
     // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
     fwd_t_max = std::max(fwd_t_max, gc ? std::max(la.inference_transient, la.forward_transient) : la.forward_transient);

@@ -281,6 +281,7 @@ LayerActivations shard_layer(const LayerActivations& a, const Layout& l) {
     out.forward_transient = div_ceil(a.forward_transient, l.tp);
     out.backward_transient = div_ceil(a.backward_transient, l.tp);
     out.inference_transient = div_ceil(a.inference_transient, l.tp);
+    out.mlp_saved = div_ceil(a.mlp_saved, l.tp);
     if (l.sequence_parallel) out.checkpoint_saved = div_ceil(a.checkpoint_saved, l.tp);
   }
   return out;
