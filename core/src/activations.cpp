@@ -376,10 +376,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = saved;
+  u64 mlp_norm = 0;  // what the sequential block's second norm keeps
   if (!m.parallel_block) {
     // NeoX / Falcon-40B read the same residual through both norms: its copy is kept once
     // (RMSNorm on half inputs makes separate fp32 copies).
-    keep_hidden(norm(m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4)));
+    mlp_norm = norm(m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4));
+    keep_hidden(mlp_norm);
     const SlotKeep mlp_in = slot({LinearInput::MlpIn}, h, norm_out);
     keep_hidden(mlp_in.extra);
     if (mlp_in.shared) keep_hidden(mul(norm_out, h));
@@ -506,6 +508,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.saved_hidden = mul(hid, tokens);
   out.first_norm = mul(first_norm, tokens);
   out.mlp_saved = mul(sub_floor(saved, before_mlp), tokens);
+  out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
+  out.mlp_norm = mul(mlp_norm, tokens);
   const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.

@@ -45,6 +45,8 @@ struct LayerActivations {
   u64 mlp_saved = 0;           ///< what the MLP block keeps (part of `saved`): nothing in the first layer
                                ///< of a parallel block whose MLP is frozen when the layer's input needs
                                ///< no gradient
+  u64 attn_saved = 0;          ///< what the attention block keeps, its first norm included (part of `saved`)
+  u64 mlp_norm = 0;            ///< what a sequential block's second norm keeps (part of `mlp_saved`)
   u64 first_norm = 0;          ///< what the layer's first norm keeps (part of `saved`): nothing in
                                ///< the first layer when its input needs no gradient (frozen
                                ///< embeddings without checkpointing) and the norm is frozen
