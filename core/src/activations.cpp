@@ -509,6 +509,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.first_norm = mul(first_norm, tokens);
   out.mlp_saved = mul(sub_floor(saved, before_mlp), tokens);
   out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
+  out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
   const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,

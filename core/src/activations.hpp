@@ -47,6 +47,7 @@ struct LayerActivations {
                                ///< no gradient
   u64 attn_saved = 0;          ///< what the attention block keeps, its first norm included (part of `saved`)
   u64 mlp_norm = 0;            ///< what a sequential block's second norm keeps (part of `mlp_saved`)
+  u64 first_norm_slot = 0;     ///< the first norm's output kept for the Linears reading it (part of `attn_saved`)
   u64 first_norm = 0;          ///< what the layer's first norm keeps (part of `saved`): nothing in
                                ///< the first layer when its input needs no gradient (frozen
                                ///< embeddings without checkpointing) and the norm is frozen

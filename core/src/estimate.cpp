@@ -156,6 +156,11 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // stablelm/h64-L4-V2048/lora-r4-mlp/fp32/nogc/sdpa/b1s64/adamw)
       if (!m.parallel_block && !attn_adapted && mlp_adapted)
         A = sub_floor(A, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
+      // A parallel block with adapters on the MLP only: the first layer's attention keeps nothing;
+      // the norm output stays for the MLP's adapters (tuning case
+      // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
+      if (m.parallel_block && !attn_adapted && mlp_adapted)
+        A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
     }
     casts_total = add(casts_total, mul(count, casts));
     // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors

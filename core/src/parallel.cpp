@@ -284,6 +284,7 @@ LayerActivations shard_layer(const LayerActivations& a, const Layout& l) {
     out.mlp_saved = div_ceil(a.mlp_saved, l.tp);
     out.attn_saved = div_ceil(a.attn_saved, l.tp);
     out.mlp_norm = div_ceil(a.mlp_norm, l.tp);
+    out.first_norm_slot = div_ceil(a.first_norm_slot, l.tp);
     if (l.sequence_parallel) out.checkpoint_saved = div_ceil(a.checkpoint_saved, l.tp);
   }
   return out;
