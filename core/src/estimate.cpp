@@ -148,7 +148,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
         mlp_adapted = mlp_adapted || (mlp && s.linears[i].saves_input[j]);
         attn_adapted = attn_adapted || (!mlp && s.linears[i].saves_input[j]);
       }
-      if (m.parallel_block && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
+      // (NeoX's parallel residual reads the layer input through a second norm: the same holds,
+      // tuning case gpt_neox/h256-L3-V1024/lora-r32-attn/fp32/nogc/sdpa/b4s48/adamw_fused)
+      if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
       // A sequential block with adapters on the MLP only: the first layer's attention and the
       // norm after it see no input needing a gradient and keep nothing (measured, tuning cases
       // biogpt/h256-L4-V4096/lora-r8-mlp/fp32/nogc/eager/b1s96/sgd,
