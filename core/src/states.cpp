@@ -353,7 +353,10 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
         if (full) per = add(per, mul(4, g.other_params));
         st = add(st, mul(g.count, per));
       }
-      if (full) st = add(st, mul(4, add(add(m.vocab, m.hidden), add(pc.other, m.position_params))));
+      // the learned position table [positions, h] is a matrix too: factored (tuning case
+      // gpt2/h128-L4-V1024/full/amp_bf16/gc/sdpa/b3s64/adafactor: [1024] + [128] fp32 for wpe)
+      const u64 positions_factored = m.position_params > 0 ? add(m.position_params / std::max<u64>(1, m.hidden), m.hidden) : 0;
+      if (full) st = add(st, mul(4, add(add(m.vocab, m.hidden), add(pc.other, positions_factored))));
       s.state_bytes = st;
       // transformers.Adafactor.step on one tensor: update = grad**2 + eps and the row x column
       // product that replaces it, later update and -update: two fp32 copies of the largest tensor;
