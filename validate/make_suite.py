@@ -214,6 +214,10 @@ def pattern_cases():
                attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=512),
         shaped("codegen", "codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd", 2, 2, 1024, attention="eager",
                gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=384),
+        # bf16 full training with checkpointing and accumulation, plain SGD
+        shaped("qwen2", "qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2", 3, 3, 2048, precision="bf16",
+               attention="sdpa", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1,
+               sequence_length=128, gradient_accumulation_steps=2),
         # inference at a large vocabulary: the logits next to (or after) the layers' prefill transient
         shaped("llama", "llama/h128-L3-V32000/inference/bf16/sdpa/b2c128", 1, 3, 32000, task="inference",
                precision="bf16", inference={"batch_size": 2, "context_length": 128, "new_tokens": 8}),
