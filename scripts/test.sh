@@ -36,8 +36,8 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
 #     with MEMFIT_CHECK_SEED=<seed>): both at MEMFIT_SHAPES_TOLERANCE. The target is 2 % there
 #     too; it does not hold yet (replays of data/measurements/cpu-suite-generated.jsonl and
-#     cpu-check.jsonl: 3 of 109 shaped tuning cases over 2 %, worst 6.8 %; 34 of 300 check cases,
-#     worst 7.0 %), so the gate for 2 and 3 sits at 8 %, just above the worst check case: lower
+#     cpu-check.jsonl: 2 of 110 shaped tuning cases over 2 %, worst 2.2 %; 27 of 300 check cases,
+#     worst 5.0 %), so the gate for 2 and 3 sits at 6 %, just above the worst check case: lower
 #     it as they are fixed. The tables print every case's error either way.
 # A case that crashes fails the stage whatever the tolerance.
 cases_dir=$(mktemp -d)
@@ -52,9 +52,9 @@ check_seed=${MEMFIT_CHECK_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 check_count=${MEMFIT_CHECK_SAMPLE:-40}
 python3 validate/sample_cases.py data/validation/cpu_check.json --seed "$check_seed" --count "$check_count" >"$cases_dir/check.json"
 timed_validate "tuning set, one shape" "$cases_dir/one-shape.json" "${MEMFIT_VALIDATE_TOLERANCE:-2}"
-timed_validate "tuning set, other shapes" "$cases_dir/shaped.json" "${MEMFIT_SHAPES_TOLERANCE:-8}"
+timed_validate "tuning set, other shapes" "$cases_dir/shaped.json" "${MEMFIT_SHAPES_TOLERANCE:-6}"
 echo "CPU validation, check set: $check_count random cases, seed $check_seed (reproduce: MEMFIT_CHECK_SEED=$check_seed MEMFIT_CHECK_SAMPLE=$check_count scripts/test.sh)"
-timed_validate "check-set sample (seed $check_seed)" "$cases_dir/check.json" "${MEMFIT_SHAPES_TOLERANCE:-8}"
+timed_validate "check-set sample (seed $check_seed)" "$cases_dir/check.json" "${MEMFIT_SHAPES_TOLERANCE:-6}"
 rm -rf "$cases_dir"
 
 echo "== CPU validation suite, issue 8: QLoRA (bitsandbytes CPU backend), bitsandbytes optimizers, framework steps"
