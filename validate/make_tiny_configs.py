@@ -228,6 +228,85 @@ def build(family):
     return cfg, src, note
 
 
+# ---- shape variants (the generated tuning/check suites of validate/make_suite.py)
+# A variant rescales one tiny config: widths by a factor k, the layer count, the vocabulary.
+# Heads scale with k so the head size stays the family's (unless the config sets head_dim
+# independently of the hidden size, as Gemma, Qwen3 and DeepSeek-V3's MLA do: then the head
+# count stays); GQA/MQA ratios are kept.
+HIDDEN_KEYS = ("hidden_size", "n_embd", "n_embed", "word_embed_proj_dim")
+WIDTH_KEYS = ("intermediate_size", "ffn_dim", "n_inner", "moe_intermediate_size",
+              "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank")
+HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads")
+KV_KEYS = ("num_key_value_heads", "num_kv_heads")
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers")
+POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "original_max_position_embeddings")
+MAX_SEQUENCE = 1024
+# family constraints: CodeGen splits qkv in 4 model-parallel groups (heads % 4 == 0); GPT-Neo's
+# attention_types pairs a global and a local layer (even layer counts).
+HEADS_MULTIPLE = {"codegen": 4}
+EVEN_LAYERS = {"gpt_neo"}
+
+
+def _get(cfg, keys):
+    return next(((k, cfg[k]) for k in keys if isinstance(cfg.get(k), int)), (None, None))
+
+
+def _head_dim_fixed_apart(cfg):
+    """True when the config's head size is set apart from hidden / heads (keep the head count)."""
+    _, hidden = _get(cfg, HIDDEN_KEYS)
+    _, heads = _get(cfg, HEAD_KEYS)
+    if "qk_nope_head_dim" in cfg:  # MLA
+        return True
+    hd = cfg.get("head_dim")
+    return isinstance(hd, int) and heads is not None and hd * heads != hidden
+
+
+def variant_scales(family):
+    """The width factors k for which the family's heads stay whole (and valid for the family)."""
+    cfg, _, _ = build(family)
+    _, heads = _get(cfg, HEAD_KEYS)
+    _, kv = _get(cfg, KV_KEYS)
+    out = []
+    for k in (0.5, 1, 1.5, 2, 3, 4):
+        if not _head_dim_fixed_apart(cfg):
+            if (heads * k) % 1 or (kv is not None and (kv * k) % 1):
+                continue
+            if (heads * k) % HEADS_MULTIPLE.get(family, 1):
+                continue
+        out.append(k)
+    return out
+
+
+def variant(family, k, layers, vocab):
+    """The tiny config of `family` with widths x k, `layers` layers and vocabulary `vocab`."""
+    cfg, src, _ = build(family)
+    cfg = dict(cfg)
+    fixed_heads = _head_dim_fixed_apart(cfg)
+    for key in HIDDEN_KEYS + WIDTH_KEYS:
+        if isinstance(cfg.get(key), int):
+            cfg[key] = int(round(cfg[key] * k))
+    if not fixed_heads:
+        for key in HEAD_KEYS + KV_KEYS:
+            if isinstance(cfg.get(key), int):
+                cfg[key] = int(round(cfg[key] * k))
+    for key in LAYER_KEYS:
+        if key in cfg:
+            cfg[key] = layers
+    if family in EVEN_LAYERS:
+        assert layers % 2 == 0, f"{family} needs an even layer count"
+        cfg["attention_types"] = [[["global", "local"], layers // 2]]
+    for key in POSITION_KEYS:
+        if isinstance(cfg.get(key), int):
+            cfg[key] = max(cfg[key], MAX_SEQUENCE)
+    cfg["vocab_size"] = vocab
+    return cfg
+
+
+def shape_of(cfg):
+    """(hidden, layers, vocab) of a config, for case names."""
+    return _get(cfg, HIDDEN_KEYS)[1], _get(cfg, LAYER_KEYS)[1], cfg["vocab_size"]
+
+
 def write_all():
     os.makedirs(DST, exist_ok=True)
     rows = []

@@ -192,6 +192,17 @@ class Meter:
             self.tracker.__enter__()
         return self
 
+    def forget_build_peak(self):
+        """Drops the run's peak back to what is live now. Building a random-weight model
+        (from_config, then init and casting) makes transients a run that loads a checkpoint does not
+        have; the model_load phase keeps its own peak in the record."""
+        if self.tracker is not None:
+            self.tracker.reset_peak()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            self.cuda_peak_alloc = int(torch.cuda.memory_allocated(self.device))
+            self.cuda_peak_reserved = int(torch.cuda.memory_reserved(self.device))
+
     def __exit__(self, *a):
         if self.tracker is not None:
             self.tracker.__exit__(*a)
@@ -668,6 +679,10 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
                 if tr is not None:
                     tr.track_module(model, grad_hooks=False)
                     tr.track_tensors(quant_state_tensors(model), "parameter")
+            if task != "qlora":
+                # qlora loads a checkpoint (its load transients are real); the others build one
+                meter.forget_build_peak()
+                setup["peak_excludes_model_build"] = True
             setup["model_class"] = type(model).__name__
             setup["num_parameters"] = int(sum(p.numel() for p in model.parameters()))
             setup["attn_implementation"] = getattr(model.config, "_attn_implementation", None)

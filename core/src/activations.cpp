@@ -293,7 +293,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       }
       saved_s = add(saved_s, mul(a, probs));
       fwd_s = mul(2, p, a);
-      bwd_s = mul(a, add(mul(2, p), (fp32_softmax && p != 4) ? 4 : 0));
+      // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
+      // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
+      // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
+      // peak dump of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor:
+      // three fp32 [1, 8, 1024, 1024] at _softmax_backward_data, the bf16 copy already gone).
+      // With dropout the moment before is dropout's backward: the softmax output, the mask and
+      // two gradients in dropout's dtype.
+      {
+        const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
+        const u64 capped = m.attn_logit_softcapping ? p : 0;
+        const u64 drop_dtype = (d.amp && !fp32_softmax) ? 4 : p;
+        u64 worst = add(capped, mul(3, sm));
+        if (m.attention_dropout > 0)
+          worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
+        bwd_s = mul(a, sub_floor(worst, probs));
+      }
       break;
     }
     case AttentionImpl::Sdpa:
@@ -317,7 +332,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         keep(mul(4, add(mul(2, qw), ow)));
         saved_s = add(saved_s, mul(12, a));
         fwd_s = mul(2, 4, a);
-        bwd_s = mul(3, 4, a);
+        // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
+        // tensors alive), then frees that output; the mask's mul makes the softmax output's
+        // gradient next to its incoming one. Either moment: the kept tensors plus one fp32 [s, s]
+        // per head (measured, tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd).
+        bwd_s = mul(4, a);
         break;
       }
       {
@@ -376,10 +395,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = saved;
+  u64 mlp_norm = 0;  // what the sequential block's second norm keeps
   if (!m.parallel_block) {
     // NeoX / Falcon-40B read the same residual through both norms: its copy is kept once
     // (RMSNorm on half inputs makes separate fp32 copies).
-    keep_hidden(norm(m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4)));
+    mlp_norm = norm(m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4));
+    keep_hidden(mlp_norm);
     const SlotKeep mlp_in = slot({LinearInput::MlpIn}, h, norm_out);
     keep_hidden(mlp_in.extra);
     if (mlp_in.shared) keep_hidden(mul(norm_out, h));
@@ -505,6 +526,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.saved = add(out.saved, per_layer_const);
   out.saved_hidden = mul(hid, tokens);
   out.first_norm = mul(add(first_norm, attn_in.masks), tokens);
+  out.mlp_saved = mul(sub_floor(saved, before_mlp), tokens);
+  out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
+  out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
+  out.mlp_norm = mul(mlp_norm, tokens);
   const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
@@ -512,7 +537,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   {
     // eager's score tensors exist at the attention moment, before the MLP has saved anything;
     // the MLP moments come after they are freed
-    const u64 attn_point = sub_floor(add(mul(fwd_s, tokens, s), mul(tokens, 2, d.residual, h)), mul(tokens, mlp_saved));
+    // (fwd_s counts every score tensor alive at the worst moment of the attention forward; the
+    // ones the layer keeps are already in its saved total, so only the excess is transient:
+    // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
+    // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
+    // holds more [s, s] tensors than the layer keeps)
+    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
+                                     mul(tokens, mlp_saved));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
@@ -549,7 +580,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // Inside the activation's backward, next to its incoming gradient: BloomGelu's hand-written
     // backward (bloom_gelu_back) holds tanh_out, tanh_out^2, 1 - tanh_out^2 and two products, 5 x
     // [T, i] (measured, bloom/lora/fp32/gc/eager); a fused kernel (silu, gelu) only its output.
-    const u64 act_live = m.activation == "bloom_gelu" ? 5 : 1;
+    // In a parallel block (attention and MLP read the same norm output) GELU written in Python ops
+    // (gelu_new: four saved [T, i] tensors) has one more [T, i] gradient alive at its mul nodes
+    // (measured, peak dump of tuning case codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd:
+    // seven fp32 [768, 1024] at a mul; sequential GPT-2 blocks do not show it).
+    const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 && m.parallel_block ? 2 : 1);
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
   }

@@ -48,10 +48,16 @@ struct LayerActivations {
   u64 inference_transient = 0; ///< live at the worst moment of a no-grad forward of the layer
   u64 recompute_held = 0;      ///< checkpointing: gradients the layer's first backward nodes hold
                                ///< (beyond the incoming one) while its recomputation runs
-  u64 first_norm = 0;          ///< what the layer keeps only because its input needs a gradient (part
-                               ///< of `saved`): its first norm's state and the LoRA dropout masks on
-                               ///< that norm's output. Nothing of it in the first layer when the
-                               ///< input needs none (frozen embeddings without checkpointing)
+  u64 mlp_saved = 0;           ///< what the MLP block keeps (part of `saved`): nothing in the first layer
+                               ///< of a parallel block whose MLP is frozen when the layer's input needs
+                               ///< no gradient
+  u64 attn_saved = 0;          ///< what the attention block keeps, its first norm included (part of `saved`)
+  u64 mlp_norm = 0;            ///< what a sequential block's second norm keeps (part of `mlp_saved`)
+  u64 first_norm_slot = 0;     ///< the first norm's output kept for the Linears reading it (part of `attn_saved`)
+  u64 first_norm = 0;          ///< what the layer's first norm keeps, and the LoRA dropout masks on
+                               ///< that norm's output (part of `saved`): nothing in the first layer
+                               ///< when its input needs no gradient (frozen embeddings without
+                               ///< checkpointing) and the norm is frozen
 };
 
 /// `tokens` = micro_batch x sequence (per rank), `seq` = sequence length (attention is s x s).

@@ -88,7 +88,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
-    u64 count, kept, full_saved, bwd_t, grad, casts, fwd_t, in_grad, held, down_grad;
+    u64 count, kept, full_saved, bwd_t, grad, casts, fwd_t, in_grad, held, down_grad, new_grads;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -126,16 +126,51 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
         if (lin.input == LinearInput::MlpHidden && !lin.routed) down_t = add(down_t, lin.params());
       down_grad = scale(fsdp2_units ? mul(rs.grads, l.shard) : rs.grads, down_t, total_t);
     }
+    // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
+    // as soon as it is made: the layer's new gradients are not alive all at once, about two of
+    // its largest are (measured, tuning case qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2:
+    // a [1596, 384] and a [1792, 384] bf16 gradient at the peak mm, no more)
+    u64 largest = 0;
+    for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
+    const u64 new_grads = std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t)));
     runs.push_back({count, kept, la.recomputed, la.backward_transient, grad, casts, la.forward_transient,
-                    la.checkpoint_saved, la.recompute_held, down_grad});
+                    la.checkpoint_saved, la.recompute_held, down_grad, new_grads});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
     // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
     // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
     // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
-    if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen)
+    if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen) {
       A = sub_floor(A, mul(in_flight, la.first_norm));
+      // In a parallel block the MLP reads that norm's output too: with no adapter on the MLP its
+      // first-layer ops get no input needing a gradient and keep nothing (measured, tuning cases
+      // phi/h256-L4-V1024/lora-r8-attn/fp32/nogc/sdpa/b2s48/adamw_fused and
+      // gptj/h256-L3-V16384/lora-r16-attn/fp32/nogc/eager/b4s64/sgd: layer 0's gelu_new keeps none
+      // of its four [T, i] tensors)
+      bool mlp_adapted = false, attn_adapted = false;
+      for (size_t j = 0; j < m.groups[i].linears.size(); ++j) {
+        const LinearInput in = m.groups[i].linears[j].input;
+        const bool mlp = in == LinearInput::MlpIn || in == LinearInput::MlpHidden;
+        mlp_adapted = mlp_adapted || (mlp && s.linears[i].saves_input[j]);
+        attn_adapted = attn_adapted || (!mlp && s.linears[i].saves_input[j]);
+      }
+      // (NeoX's parallel residual reads the layer input through a second norm: the same holds,
+      // tuning case gpt_neox/h256-L3-V1024/lora-r32-attn/fp32/nogc/sdpa/b4s48/adamw_fused)
+      if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
+      // A sequential block with adapters on the MLP only: the first layer's attention and the
+      // norm after it see no input needing a gradient and keep nothing (measured, tuning cases
+      // biogpt/h256-L4-V4096/lora-r8-mlp/fp32/nogc/eager/b1s96/sgd,
+      // gemma2/h256-L4-V4096/lora-r8-mlp/bf16/nogc/eager/b3s96/sgd,
+      // stablelm/h64-L4-V2048/lora-r4-mlp/fp32/nogc/sdpa/b1s64/adamw)
+      if (!m.parallel_block && !attn_adapted && mlp_adapted)
+        A = sub_floor(A, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
+      // A parallel block with adapters on the MLP only: the first layer's attention keeps nothing;
+      // the norm output stays for the MLP's adapters (tuning case
+      // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
+      if (m.parallel_block && !attn_adapted && mlp_adapted)
+        A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
+    }
     casts_total = add(casts_total, mul(count, casts));
     // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
     fwd_t_max = std::max(fwd_t_max, gc ? std::max(la.inference_transient, la.forward_transient) : la.forward_transient);
@@ -267,7 +302,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       const u64 bwd_t = add(g.bwd_t, grads_grow ? g.down_grad : 0);
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
-      p.parts["temporary_buffers"] = add(layer_t, grads_grow ? 0 : g.grad);
+      p.parts["temporary_buffers"] = add(layer_t, grads_grow ? 0 : g.new_grads);
       p.parts["logits_loss"] = kept_logits;
       const bool first_unit = gi + 1 == runs.size() && done == 0;
       // FSDP2 on later units: the root, the unit's unsharded parameters and its all-gather output
@@ -280,6 +315,25 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     grads_done = add(grads_done, grads_grow ? mul(g.count, g.grad) : 0);
     remaining_A = sub_floor(remaining_A, mul(g.count, g.kept));
     remaining_casts = sub_floor(remaining_casts, mul(g.count, g.casts));
+  }
+  // Backward through a trained, tied token embedding (one rank holds the whole vocabulary): the
+  // head's weight gradient waits in autograd's input buffer until the embedding's backward has
+  // made its own dense [V, h] gradient, and the two are summed out of place before the weight's
+  // AccumulateGrad runs: two [V, h] buffers beyond the gradient, three when gradients are kept
+  // (the .grad already exists and the sum is added to it). Negligible at vocab 1024; the peak of
+  // a step when vocab x hidden outgrows the activations (measured, tuning cases
+  // gemma2/h384-L2-V32000/full/bf16/nogc/eager/b2s32/adamw and
+  // falcon/h384-L3-V32000/full/amp_bf16/gc/eager/b2s64/adamw/gas2: 3 x [32000, 384] alive in
+  // embedding_dense_backward / the input-buffer add, all layer gradients done).
+  if (r.task == Task::Full && role.embedding && s.tied_embeddings && s.emb_t > 0 && l.method == ParallelMethod::Single &&
+      !r.runtime.optimizer_in_backward) {
+    Moment p{"backward", {}};
+    base(p);
+    p.parts["gradients"] = rs.grads;
+    p.parts["activations"] = shared;
+    const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), total_t);
+    p.parts["temporary_buffers"] = mul(grads_kept ? 3 : 2, table);
+    out.push_back(p);
   }
   // Optimizer step: all gradients, states, step temporaries.
   Moment step{"optimizer_step", {}};
@@ -297,7 +351,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
 /// segment: the tensors allocated and freed within a step (activations, loss buffers,
 /// temporaries) leave holes, so the reserve grows with that churn. The fraction (1/4) and the
 /// 20 MiB floor are fitted on the nine HF Trainer BERT-large runs of data/calibration that
-/// report nvidia-smi with the CUDA context measured separately (errors: tools/calibrate.py);
+/// report nvidia-smi with the CUDA context measured separately (V100, PyTorch 1.x, 2022; tagged
+/// role "fit", so tools/calibrate.py lists them apart from the accuracy figures). No other
+/// measurement supports these two numbers, on another GPU or PyTorch version;
 /// persistent states (weights, gradients, optimizer states) are allocated once and do not
 /// fragment.
 u64 allocator_overhead(const Moment& peak) {
@@ -313,12 +369,15 @@ u64 allocator_overhead(const Moment& peak) {
 u64 cuda_context_for(const Request& r) {
   if (r.runtime.cuda_context_bytes) return r.runtime.cuda_context_bytes;
   const GpuSpec* g = find_gpu(r.gpu.name);
+  // A GPU not in the catalog: 500 MiB is an assumption (the middle of the catalog's assumed
+  // values, see gpus.cpp), not a measurement; runtime.cuda_context_bytes overrides it.
   return g ? g->cuda_context_bytes : 500 * MiB;
 }
 
 u64 cublas_workspace_for(const Request& r) {
-  // PyTorch's default CUBLAS_WORKSPACE_CONFIG is ":4096:2:16:8" (8.125 MiB) before Hopper and
-  // ":4096:8" (32 MiB) on sm90+, plus a cuBLASLt workspace (1 MiB).
+  // From PyTorch's source, not measured: its default CUBLAS_WORKSPACE_CONFIG is ":4096:2:16:8"
+  // (8.125 MiB) before Hopper and ":4096:8" (32 MiB) on sm90+ (aten/src/ATen/cuda/
+  // CublasHandlePool.cpp), plus a cuBLASLt workspace (1 MiB).
   const GpuSpec* g = find_gpu(r.gpu.name);
   const std::string name = g ? g->name : "";
   const bool hopper = name.starts_with("H") || name.starts_with("B");
@@ -366,7 +425,7 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
 }
 
 // ------------------------------------------------------------------------------------------
-// Inference: weights + KV cache + the largest no-grad layer transient at prefill + logits.
+// Inference: weights + KV cache + the larger of the largest no-grad layer transient at prefill and the logits.
 
 u64 kv_cache_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 ctx, u64 tp) {
   u64 total = 0;
@@ -408,7 +467,13 @@ InferenceParts inference_moments(const Request& r, const ModelStates& s, const L
   const u64 prompt_tokens = ctx - std::min(ctx - 1, r.inference.new_tokens);
   const u64 logit_tokens = r.inference.full_prompt_logits ? mul(batch, prompt_tokens) : batch;
   const u64 logits = div_ceil(mul(logit_tokens, m.vocab, add(d.compute, 4)), l.tp);  // logits + fp32 copy for sampling
-  out.moments.push_back({"prefill", {{"weights", rs.weights}, {"kv_cache", kv}, {"temporary_buffers", transient}, {"logits_loss", logits}}});
+  // The layers' transients are gone when the head makes the logits: the prefill peak is the larger
+  // of the two, not their sum (measured, tuning cases llama/h128-L3-V32000/inference/bf16/sdpa/b2c128
+  // and mixtral/h128-L2-V16384/inference/fp32/sdpa/b2c64: the peak inside a layer, no logits alive).
+  if (transient >= logits)
+    out.moments.push_back({"prefill", {{"weights", rs.weights}, {"kv_cache", kv}, {"temporary_buffers", transient}}});
+  else
+    out.moments.push_back({"prefill", {{"weights", rs.weights}, {"kv_cache", kv}, {"logits_loss", logits}}});
   out.moments.push_back({"decode", {{"weights", rs.weights}, {"kv_cache", kv}, {"logits_loss", div_ceil(mul(batch, m.vocab, add(d.compute, 4)), l.tp)}}});
   return out;
 }

@@ -3,12 +3,20 @@
 // bandwidth of the usual system of that GPU (HGX NVLink for SXM parts, PCIe otherwise).
 //
 // cuda_context_bytes: memory used on the device outside PyTorch's caching allocator (CUDA
-// context, loaded kernel images, cuBLAS/cuDNN handles) with lazy module loading (the default
-// since CUDA 11.7 / PyTorch 2.x). It is the difference nvidia-smi minus max_memory_reserved; it
-// grows with the SM count and architecture. Calibrated against the records of
-// data/calibration/published_measurements.json that report nvidia-smi next to a torch figure
-// (tools/calibrate.py prints the fit); V100 value from the same records (HF doc: 1343 MiB with
-// eager module loading on CUDA 11.x).
+// context, loaded kernel images, cuBLAS/cuDNN handles): nvidia-smi minus max_memory_reserved.
+// Where each value comes from:
+// - V100: 1343 MiB, measured in the HF document of the BERT records of data/calibration
+//   (perf_train_gpu_one.mdx at transformers 0016acf: nvidia-smi after one small tensor, CUDA 11.x
+//   with eager module loading). Those records are tagged role "fit": not evidence for it.
+// - every other GPU: NOT measured. No record of data/calibration reports nvidia-smi for these
+//   GPUs. The values are assumptions in the range public reports give for lazy module loading
+//   (the default since CUDA 11.7 / PyTorch 1.13): 287 MB with lazy loading against 667 MB eager in
+//   pytorch/pytorch PR 86509; "around 400MB" (pytorch/pytorch issue 109888); 426 MiB on an RTX
+//   6000 Ada with PyTorch 2.10 (unslothai/unsloth-zoo PR 1053); growing with the SM count (107 MiB
+//   on an RTX 4060 Ti, 555 MiB on an RTX PRO 6000 Blackwell, ggml-org/llama.cpp PR 23604, without
+//   PyTorch). cuBLAS/cuDNN kernels loaded during training add to the bare context, hence the
+//   larger figures for the bigger parts. Measure yours (nvidia-smi minus
+//   torch.cuda.max_memory_reserved) and pass it as runtime.cuda_context_bytes.
 #include "memfit/gpus.hpp"
 
 #include <algorithm>

@@ -271,8 +271,9 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
     out.buckets = add(out.buckets, mul(2, r.micro_batch_size, r.sequence_length, r.model.hidden, 2) / std::max<u64>(1, l.cp));
   if (r.device == Device::Cuda && l.world > 1) {
     // NCCL allocates its channel buffers with cudaMalloc, outside PyTorch's allocator:
-    // NCCL_BUFFSIZE (4 MiB) per channel and protocol for each peer of each communicator.
-    // 256 MiB per communicator is what nvidia-smi typically shows on NVLink nodes.
+    // NCCL_BUFFSIZE (4 MiB by default, NCCL's environment-variable docs) per channel and
+    // protocol for each peer of each communicator. The 256 MiB per communicator is an
+    // assumption, not a measurement: no record of data/calibration isolates NCCL's share.
     u64 comms = 0;
     for (u64 degree : {l.dp, l.tp, l.pp, l.cp})
       if (degree > 1) ++comms;
@@ -292,6 +293,10 @@ LayerActivations shard_layer(const LayerActivations& a, const Layout& l) {
     out.forward_transient = div_ceil(a.forward_transient, l.tp);
     out.backward_transient = div_ceil(a.backward_transient, l.tp);
     out.inference_transient = div_ceil(a.inference_transient, l.tp);
+    out.mlp_saved = div_ceil(a.mlp_saved, l.tp);
+    out.attn_saved = div_ceil(a.attn_saved, l.tp);
+    out.mlp_norm = div_ceil(a.mlp_norm, l.tp);
+    out.first_norm_slot = div_ceil(a.first_norm_slot, l.tp);
     if (l.sequence_parallel) out.checkpoint_saved = div_ceil(a.checkpoint_saved, l.tp);
   }
   return out;

@@ -359,9 +359,18 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
         if (full) per = add(per, mul(4, g.other_params));
         st = add(st, mul(g.count, per));
       }
-      if (full) st = add(st, mul(4, add(add(m.vocab, m.hidden), add(pc.other, m.position_params))));
+      // the learned position table [positions, h] is a matrix too: factored (tuning case
+      // gpt2/h128-L4-V1024/full/amp_bf16/gc/sdpa/b3s64/adafactor: [1024] + [128] fp32 for wpe)
+      const u64 positions_factored = m.position_params > 0 ? add(m.position_params / std::max<u64>(1, m.hidden), m.hidden) : 0;
+      if (full) st = add(st, mul(4, add(add(m.vocab, m.hidden), add(pc.other, positions_factored))));
       s.state_bytes = st;
-      s.step_temporary = mul(3, 4, s.largest_trainable_tensor);  // grad^2 + eps, update, row/col products
+      // transformers.Adafactor.step on one tensor: update = grad**2 + eps and the row x column
+      // product that replaces it, later update and -update: two fp32 copies of the largest tensor;
+      // half-precision parameters add the fp32 copies of grad and parameter it makes
+      // (grad.float(), p.float()): four (measured, tuning cases
+      // phi3/h384-L4-V16384/full/fp32/nogc/eager/b3s48/adafactor: 2 x the [16384, 384] embedding;
+      // gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor: 4 x [32000, 384] in fp32)
+      s.step_temporary = mul(s.grad_bytes < 4 ? 4 : 2, 4, s.largest_trainable_tensor);
       s.step_temporary_per_tensor = true;
       break;
     }
