@@ -44,7 +44,8 @@ echo "Python package: $((SECONDS - python_start)) s"
 echo "== CPU validation suite: memfit validate, estimates vs real PyTorch training steps"
 # data/validation/README.md: the tuning set (cpu_suite.json) and the check set (cpu_check.json,
 # never tuned on). Three runs, each with its time printed:
-#  1. the tuning set's one-shape cases (issue 5's 374 + the framework/QLoRA generators): 2 % on
+#  1. the tuning set's one-shape cases (issue 5's 373, the framework / QLoRA / bitsandbytes-optimizer
+#     cases of validate/suite_frameworks.py, the new families of validate/suite_families.py): 2 % on
 #     every case (MEMFIT_VALIDATE_TOLERANCE);
 #  2. the tuning set's shape-randomised and pattern cases, and
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
@@ -70,13 +71,6 @@ timed_validate "tuning set, other shapes" "$cases_dir/shaped.json" "${MEMFIT_SHA
 echo "CPU validation, check set: $check_count random cases, seed $check_seed (reproduce: MEMFIT_CHECK_SEED=$check_seed MEMFIT_CHECK_SAMPLE=$check_count scripts/test.sh)"
 timed_validate "check-set sample (seed $check_seed)" "$cases_dir/check.json" "${MEMFIT_SHAPES_TOLERANCE:-6}"
 rm -rf "$cases_dir"
-
-echo "== CPU validation suite, issue 8: QLoRA (bitsandbytes CPU backend), bitsandbytes optimizers, framework steps"
-# HF Trainer, TRL SFTTrainer and torchtune's recipe step run their own code (validate/frameworks.py).
-validate_start=$SECONDS
-./build/native/cli/memfit validate data/validation/cpu_suite_frameworks.json --device cpu \
-  --tolerance "${MEMFIT_VALIDATE_TOLERANCE:-2}"
-echo "CPU validation suite (frameworks): $((SECONDS - validate_start)) s"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null
