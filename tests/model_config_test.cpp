@@ -136,6 +136,12 @@ TEST_CASE("missing or malformed fields give errors that name them", "[model][err
   CHECK_THROWS_WITH(parse_model_config(json::array()), Catch::Matchers::Contains("JSON object"));
   CHECK_THROWS_WITH(parse_model_config(json{{"foo", 1}}), Catch::Matchers::Contains("model_type"));
   CHECK_THROWS_WITH(parse_model_config(json{{"model_type", "t5"}}), Catch::Matchers::Contains("encoder-decoder"));
+  // state-space models say what they are, not "add num_attention_heads" (UX review step 3c)
+  const json mamba = {{"model_type", "mamba"}, {"hidden_size", 768}, {"num_hidden_layers", 24}, {"vocab_size", 50280}};
+  CHECK_THROWS_WITH(parse_model_config(mamba), Catch::Matchers::Contains("state-space"));
+  json renamed = mamba;
+  renamed["model_type"] = "my_ssm";
+  CHECK_THROWS_WITH(parse_model_config(renamed), Catch::Matchers::Contains("no attention heads"));
 }
 
 TEST_CASE("an unknown model_type with standard fields is estimated and flagged approximate", "[model]") {

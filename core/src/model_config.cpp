@@ -849,7 +849,37 @@ void build_bert(Builder& b, const std::string& head) {
 }
 
 /// The llama-style fields an unknown decoder-only model must have to be estimated at all.
+/// Architectures whose memory does not follow a transformer's layers: rejected by name, with what
+/// they are, rather than estimated as something they are not (model_type as Transformers spells it).
+const char* unsupported_architecture(const std::string& type) {
+  static const std::pair<const char*, const char*> kinds[] = {
+      {"t5", "an encoder-decoder model"},          {"mt5", "an encoder-decoder model"},
+      {"umt5", "an encoder-decoder model"},        {"bart", "an encoder-decoder model"},
+      {"mbart", "an encoder-decoder model"},       {"whisper", "an encoder-decoder model"},
+      {"mamba", "a state-space model (no attention layers)"},
+      {"mamba2", "a state-space model (no attention layers)"},
+      {"falcon_mamba", "a state-space model (no attention layers)"},
+      {"rwkv", "a recurrent model (RWKV: no attention layers)"},
+      {"recurrent_gemma", "a recurrent model (Griffin: recurrent blocks beside local attention)"},
+      {"jamba", "a hybrid of attention and state-space (Mamba) layers"},
+      {"bamba", "a hybrid of attention and state-space (Mamba) layers"},
+      {"zamba", "a hybrid of attention and state-space (Mamba) layers"},
+      {"zamba2", "a hybrid of attention and state-space (Mamba) layers"},
+      {"falcon_h1", "a hybrid of attention and state-space (Mamba) layers"},
+      {"nemotron_h", "a hybrid of attention and state-space (Mamba) layers"},
+  };
+  for (const auto& [name, kind] : kinds)
+    if (type == name) return kind;
+  return nullptr;
+}
+
 void build_unknown(Builder& b) {
+  // Without attention heads the Llama-style reading below would ask for a field the model does
+  // not have; say what is wrong instead (a state-space or recurrent model under a new name).
+  if (!b.r.has({"num_attention_heads", "n_head", "num_heads", "n_heads"}))
+    throw Error("model_type \"" + b.m.model_type +
+                "\" is not one memfit knows, and its config.json has no attention heads: it is not a transformer "
+                "memfit can estimate as Llama-like. Supported model_types: `memfit models`");
   b.m.approximate = true;
   b.m.notes.push_back("model_type \"" + b.m.model_type +
                       "\" is not one memfit models exactly: estimated as a Llama-style decoder from its standard "
@@ -1222,9 +1252,10 @@ ModelSpec parse_model_config(const json& config, const std::string& head) {
   }
   if (type.empty())
     throw Error("config.json has neither \"model_type\" nor a known \"architectures\" entry: add \"model_type\"");
-  if (type == "t5" || type == "mt5" || type == "bart" || type == "mbart" || type == "whisper")
-    throw Error("model_type \"" + type +
-                "\" is an encoder-decoder model; memfit estimates decoder-only and encoder-only models");
+  if (const char* kind = unsupported_architecture(type))
+    throw Error("model_type \"" + type + "\" is " + kind +
+                "; memfit estimates decoder-only and encoder-only transformers, so no figure it gives for this "
+                "model would be right");
 
   Builder b(*cfg, "config.json (" + type + ")");
   b.m.model_type = type;
