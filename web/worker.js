@@ -7,6 +7,7 @@ const ops = {
   init: (api) => ({ models: api.models(), gpus: api.gpus(), defaults: api.defaults() }),
   compute: (api, job) => compute(api, job),
   parseConfig: (api, config) => api.parseConfig(config),
+  intake: (api, input) => api.intake(input),
 };
 
 self.onmessage = async ({ data: { seq, op, arg } }) => {
