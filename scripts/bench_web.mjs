@@ -30,6 +30,8 @@ const total = shipped.reduce((s, f) => s + sizes[f].gz, 0);
 console.log('size (gzip -9)');
 for (const f of shipped) console.log(`  ${f.padEnd(16)} ${kb(sizes[f].raw).padStart(10)} raw  ${kb(sizes[f].gz).padStart(9)} gz`);
 console.log(`  wasm + glue      ${kb(total).padStart(25)} gz  (budget ${kb(BUDGET)}: ${total <= BUDGET ? 'within' : 'OVER'})`);
+if (sizes['memfit-intake.wasm'])
+  console.log(`  memfit-intake    ${kb(sizes['memfit-intake.wasm'].raw + sizes['memfit-intake.mjs'].raw).padStart(10)} raw  ${kb(sizes['memfit-intake.wasm'].gz + sizes['memfit-intake.mjs'].gz).padStart(9)} gz  (the launch-config intake, loaded on the first paste)`);
 if (sizes['library.json'])
   console.log(`  library.json     ${kb(sizes['library.json'].raw).padStart(10)} raw  ${kb(sizes['library.json'].gz).padStart(9)} gz  (model configs, fetched at start-up)`);
 const page = Object.values(sizes).reduce((s, x) => s + x.gz, 0);

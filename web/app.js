@@ -65,7 +65,7 @@ async function coreOnMainThread() {
   return {
     call: async (op, arg) => {
       try {
-        return ops[op](arg);
+        return await ops[op](arg); // intake is async (its own module)
       } catch (e) {
         throw Object.assign(new Error(e.message), { core: e.name === 'MemfitError' });
       }

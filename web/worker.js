@@ -13,7 +13,7 @@ const ops = {
 self.onmessage = async ({ data: { seq, op, arg } }) => {
   try {
     const api = await ready;
-    self.postMessage({ seq, value: ops[op](api, arg) });
+    self.postMessage({ seq, value: await ops[op](api, arg) }); // intake is async (its own module)
   } catch (e) {
     self.postMessage({ seq, error: e?.message ?? String(e), core: e?.name === 'MemfitError' });
   }
