@@ -19,8 +19,9 @@ const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 // ---- Size.
 const sizes = {};
-for (const f of await readdir(SITE)) {
-  if (f.startsWith('.')) continue;
+for (const entry of await readdir(SITE, { withFileTypes: true })) {
+  const f = entry.name;
+  if (f.startsWith('.') || !entry.isFile()) continue; // vendor/: the YAML parser, loaded only by the launch-config box
   const bytes = await readFile(path.join(SITE, f));
   sizes[f] = { raw: bytes.length, gz: gzipSync(bytes, { level: 9 }).length };
 }
@@ -29,6 +30,8 @@ const total = shipped.reduce((s, f) => s + sizes[f].gz, 0);
 console.log('size (gzip -9)');
 for (const f of shipped) console.log(`  ${f.padEnd(16)} ${kb(sizes[f].raw).padStart(10)} raw  ${kb(sizes[f].gz).padStart(9)} gz`);
 console.log(`  wasm + glue      ${kb(total).padStart(25)} gz  (budget ${kb(BUDGET)}: ${total <= BUDGET ? 'within' : 'OVER'})`);
+if (sizes['memfit-intake.wasm'])
+  console.log(`  memfit-intake    ${kb(sizes['memfit-intake.wasm'].raw + sizes['memfit-intake.mjs'].raw).padStart(10)} raw  ${kb(sizes['memfit-intake.wasm'].gz + sizes['memfit-intake.mjs'].gz).padStart(9)} gz  (the launch-config intake, loaded on the first paste)`);
 if (sizes['library.json'])
   console.log(`  library.json     ${kb(sizes['library.json'].raw).padStart(10)} raw  ${kb(sizes['library.json'].gz).padStart(9)} gz  (model configs, fetched at start-up)`);
 const page = Object.values(sizes).reduce((s, x) => s + x.gz, 0);

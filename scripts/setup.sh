@@ -29,6 +29,9 @@ if ((${#apt_packages[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_packages[@]}" >/dev/null
 fi
+if want wasm browser && [[ -f web/package.json ]]; then  # the page's YAML parser (web/intake.js)
+  (cd web && { [[ -d node_modules ]] && npm ls --silent >/dev/null 2>&1; } || npm ci --silent --no-audit --no-fund)
+fi
 if want browser && [[ -f tests/browser/package.json ]]; then
   (cd tests/browser && { [[ -d node_modules ]] && npm ls --silent >/dev/null 2>&1; } || npm ci --silent --no-audit --no-fund)
 fi

@@ -264,3 +264,17 @@ TEST_CASE("LoRA/QLoRA precision follows what the framework loads; prepare_kbit f
   CHECK(r.task == Task::Qlora);  // LoRA over a GPTQ base: PEFT trains it
   CHECK_FALSE(r.runtime.prepare_kbit);  // no bitsandbytes layers to prepare
 }
+
+TEST_CASE("TRL casts a quantized model's adapters to bf16; PEFT alone keeps them in fp32", "[request][lora]") {
+  json q = base();
+  q["task"] = "qlora";
+  CHECK(request_from_json(q).lora.adapter_bytes == 0);  // Transformers + PEFT: fp32 (autocast_adapter_dtype)
+  q["runtime"] = {{"framework", "trl"}};
+  CHECK(request_from_json(q).lora.adapter_bytes == 2);  // SFTTrainer: .to(torch.bfloat16) when _is_quantized_model
+  q["lora"] = {{"adapter_dtype", "fp32"}};
+  CHECK(request_from_json(q).lora.adapter_bytes == 4);  // overridable
+  json l = base();
+  l["task"] = "lora";
+  l["runtime"] = {{"framework", "trl"}};
+  CHECK(request_from_json(l).lora.adapter_bytes == 0);  // an unquantized base keeps PEFT's fp32 adapters
+}

@@ -39,10 +39,7 @@ EMSCRIPTEN_KEEPALIVE const char* memfit_parse_config(const char* text, std::size
 EMSCRIPTEN_KEEPALIVE const char* memfit_set_library(const char* text, std::size_t size) {
   return keep(memfit::set_library_json(std::string_view(text, size)));
 }
-// a parsed launch config -> request + sources (memfit/intake.hpp)
-EMSCRIPTEN_KEEPALIVE const char* memfit_intake(const char* text, std::size_t size) {
-  return keep(memfit::intake_json(std::string_view(text, size)));
-}
+// memfit_intake lives in its own module (intake_bindings.cpp), loaded when a launch config is pasted.
 EMSCRIPTEN_KEEPALIVE const char* memfit_models() { return keep(memfit::models_json()); }
 EMSCRIPTEN_KEEPALIVE const char* memfit_gpus() { return keep(memfit::gpus_json()); }
 EMSCRIPTEN_KEEPALIVE const char* memfit_defaults() { return keep(memfit::defaults_json()); }

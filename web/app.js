@@ -2,7 +2,8 @@
 // recomputation (in a worker) on every change. All arithmetic happens in the core.
 import * as hub from './hub.js';
 import { h, params, renderDetail, renderGrid, renderRecommendation, toMarkdown } from './render.js';
-import { buildRequest, decodeConfig, defaultState, encodeConfig, readForm, stateFromUrl, stateToHash, writeForm } from './state.js';
+import { buildRequest, decodeConfig, defaultState, encodeConfig, readForm, stateFromRequest, stateFromUrl, stateToHash, writeForm } from './state.js';
+import { setupIntake } from './intake.js';
 import { searchModels } from './search.js';
 import { fieldProblems, coreErrorField, showFieldMessages } from './fields.js';
 
@@ -60,11 +61,11 @@ async function coreOnMainThread() {
   const [{ loadMemfit }, { compute }] = await Promise.all([import('./memfit-api.mjs'), import('./compute.js')]);
   const api = await loadMemfit();
   const ops = { init: () => ({ models: api.models(), gpus: api.gpus(), defaults: api.defaults() }), compute: (job) => compute(api, job),
-    parseConfig: (c) => api.parseConfig(c) };
+    parseConfig: (c) => api.parseConfig(c), intake: (input) => api.intake(input) };
   return {
     call: async (op, arg) => {
       try {
-        return ops[op](arg);
+        return await ops[op](arg); // intake is async (its own module)
       } catch (e) {
         throw Object.assign(new Error(e.message), { core: e.name === 'MemfitError' });
       }
@@ -443,7 +444,7 @@ $('model').addEventListener('keydown', (e) => e.key === 'Enter' && commitModel()
 form.addEventListener('submit', (e) => e.preventDefault());
 form.addEventListener('input', (e) => {
   const target = e.target;
-  if (target.id === 'config-text' || target.id === 'hf-token' || target.id === 'config-file') return;
+  if (['config-text', 'hf-token', 'config-file', 'launch-text', 'launch-file'].includes(target.id)) return;
   const before = state;
   state = readForm(form, state);
   if (target.name === 'model') {
@@ -512,6 +513,22 @@ function usePastedConfig(text, source, fileName = '') {
   syncUrl();
   schedule(150);
 }
+
+// A launch config (intake.js) sets the whole form; the GPU stays the page's unless the file names one.
+setupIntake({ text: $('launch-text'), file: $('launch-file'), report: $('launch-report') }, {
+  callIntake: (input) => core.call('intake', input),
+  base: () => ({ gpu: state.gpu === 'custom' ? { memory_gib: state.mem } : { name: state.gpu } }),
+  apply: (request) => {
+    if (request.model?.id && state.cfg) configSource = '';
+    state = stateFromRequest(request, state, defaults);
+    committed = true;
+    writeForm(form, state);
+    $('model').value = state.model;
+    syncVisibility();
+    syncUrl();
+    schedule(0);
+  },
+});
 
 $('hf-token').addEventListener('change', () => {
   hub.setToken($('hf-token').value);

@@ -41,11 +41,19 @@ function textFunctions(m) {
     planJson: (text) => call(m._memfit_plan, text),
     parseConfigJson: (text) => call(m._memfit_parse_config, text),
     setLibraryJson: (text) => call(m._memfit_set_library, text),
-    intakeJson: (text) => call(m._memfit_intake, text),
     modelsJson: () => m.UTF8ToString(m._memfit_models()),
     gpusJson: () => m.UTF8ToString(m._memfit_gpus()),
     defaultsJson: () => m.UTF8ToString(m._memfit_defaults()),
+    call, // (C export, text) -> text: the intake module uses it too
   };
+}
+
+/** The launch-config intake module: resolves to text -> result text. */
+async function loadIntake(moduleOptions) {
+  const { default: createMemfitIntake } = await import('./memfit-intake.mjs');
+  const m = await createMemfitIntake(moduleOptions);
+  const call = textFunctions(m).call;
+  return (text) => call(m._memfit_intake, text);
 }
 
 /** The bundled model library (library.json next to this file), fetched while the module compiles. */
@@ -60,7 +68,8 @@ async function fetchLibrary() {
  * text) and returns a plain object. options.library: library.json's text (Node, which cannot
  * fetch a file URL); the rest goes to the Emscripten module.
  */
-export async function loadMemfit({ library, ...moduleOptions } = {}) {
+export async function loadMemfit({ library, intake: intakeOptions = {}, ...moduleOptions } = {}) {
+  let intake = null;
   const [module, libraryText] = await Promise.all([createMemfit(moduleOptions), library ?? fetchLibrary()]);
   const m = textFunctions(module);
   unwrap(m.setLibraryJson(libraryText));
@@ -71,7 +80,10 @@ export async function loadMemfit({ library, ...moduleOptions } = {}) {
     models: () => unwrap(m.modelsJson()),
     gpus: () => unwrap(m.gpusJson()),
     defaults: () => unwrap(m.defaultsJson()),
-    intake: (input) => unwrap(m.intakeJson(asText(input))), // {config, lines?, format?, base?} -> {request, sources, defaulted, ...}
+    // {config, lines?, format?, base?} -> {request, sources, defaulted, ...}; async: the intake is its
+    // own module (memfit-intake.wasm), loaded on the first call. options.intake: its module options
+    // (Node: {wasmBinary}).
+    intake: async (input) => unwrap((await (intake ??= loadIntake(intakeOptions)))(asText(input))),
     raw: m, // the text-in/text-out functions: estimateJson, planJson, parseConfigJson, ...
   };
 }

@@ -6,6 +6,7 @@ export const FIELDS = {
   model: 'text', cfg: 'text', task: 'text', precision: 'text', quant: 'text', optimizer: 'text', seq: 'int',
   mbs: 'int?', gas: 'int', ckpt: 'bool', attn: 'text', rank: 'int', alpha: 'num', targets: 'text', adapter: 'text',
   ibatch: 'int', ictx: 'int', kv: 'text', gpu: 'text', mem: 'num', gpus: 'int', gpn: 'int', sel: 'text',
+  lc: 'text', // a launch config's request and the form it gave (intake.js; base64url JSON)
 };
 
 const KV_BITS = { 16: 'bf16', 32: 'fp32', 8: 'fp8', 4: 'int4' };
@@ -20,7 +21,7 @@ export function defaultState(coreDefaults) {
     rank: r.lora.rank, alpha: r.lora.alpha, targets: '',
     adapter: r.lora.adapter_dtype, ibatch: r.inference.batch_size, ictx: r.inference.context_length,
     kv: KV_BITS[r.inference.kv_cache_bits] ?? 'bf16', gpu: r.gpu.name, mem: r.gpu.memory_gib, gpus: r.num_gpus,
-    gpn: r.parallelism.gpus_per_node, sel: '',
+    gpn: r.parallelism.gpus_per_node, sel: '', lc: '',
   };
 }
 
@@ -80,8 +81,57 @@ export function decodeConfig(text) {
   return JSON.parse(new TextDecoder().decode(Uint8Array.from(bin, (c) => c.charCodeAt(0))));
 }
 
+/**
+ * The form for a launch config's request (the core's intake): what it gives, the page's
+ * "automatic" or default value for what it leaves out, the GPUs as they were unless it names
+ * them. `lc` keeps the request and this form, so that buildRequest sends the request itself
+ * plus only what the user changes afterwards.
+ */
+export function stateFromRequest(r, s, defaults) {
+  const l = r.lora ?? {};
+  const targets = l.targets === 'all-linear' ? 'all-linear' : Array.isArray(l.targets) ? l.targets.join(',') : '';
+  const form = {
+    model: r.model?.id ?? s.model, cfg: r.model?.id ? '' : s.cfg, task: r.task ?? defaults.task, precision: r.precision ?? 'auto',
+    quant: r.quantization ?? 'none', optimizer: r.optimizer ?? defaults.optimizer, seq: r.sequence_length ?? defaults.seq,
+    mbs: r.micro_batch_size ?? null, gas: r.gradient_accumulation_steps ?? defaults.gas, ckpt: r.gradient_checkpointing ?? defaults.ckpt,
+    attn: r.attention ?? defaults.attn, rank: l.rank ?? defaults.rank, alpha: l.alpha ?? defaults.alpha, targets,
+    adapter: l.adapter_dtype ?? 'auto', gpus: r.num_gpus ?? s.gpus, gpn: r.parallelism?.gpus_per_node ?? s.gpn,
+    gpu: r.gpu?.name ?? (r.gpu?.memory_gib ? 'custom' : s.gpu), mem: r.gpu?.memory_gib ?? s.mem,
+    ibatch: r.inference?.batch_size ?? s.ibatch, ictx: r.inference?.context_length ?? s.ictx, kv: r.inference?.kv_cache_dtype ?? s.kv,
+  };
+  return { ...s, ...form, sel: '', lc: encodeConfig({ request: r, form }) };
+}
+
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+/** Sets on `out` every leaf where `now` differs from `then` (the user's edits since). */
+function overlayEdits(out, now = {}, then = {}) {
+  for (const k of new Set([...Object.keys(now), ...Object.keys(then)])) {
+    if (same(now[k], then[k])) continue;
+    if (isObject(now[k]) && isObject(then[k])) overlayEdits((out[k] = isObject(out[k]) ? out[k] : {}), now[k], then[k]);
+    else if (now[k] === undefined) delete out[k];
+    else out[k] = now[k];
+  }
+}
+
 /** The core request for state `s` and a model reference ({id} or {config, id?}). */
 export function buildRequest(s, model) {
+  const plain = formRequest(s, model);
+  if (!s.lc) return plain;
+  let launch;
+  try {
+    launch = decodeConfig(s.lc);
+  } catch {
+    return plain; // a damaged link: the form alone
+  }
+  const out = structuredClone(launch.request);
+  overlayEdits(out, plain, formRequest({ ...s, ...launch.form }, model));
+  out.model = model;
+  return out;
+}
+
+function formRequest(s, model) {
   const r = {
     model, task: s.task, optimizer: s.optimizer, sequence_length: s.seq,
     gradient_accumulation_steps: s.gas, gradient_checkpointing: s.ckpt, attention: s.attn, num_gpus: s.gpus,

@@ -7,12 +7,13 @@ const ops = {
   init: (api) => ({ models: api.models(), gpus: api.gpus(), defaults: api.defaults() }),
   compute: (api, job) => compute(api, job),
   parseConfig: (api, config) => api.parseConfig(config),
+  intake: (api, input) => api.intake(input),
 };
 
 self.onmessage = async ({ data: { seq, op, arg } }) => {
   try {
     const api = await ready;
-    self.postMessage({ seq, value: ops[op](api, arg) });
+    self.postMessage({ seq, value: await ops[op](api, arg) }); // intake is async (its own module)
   } catch (e) {
     self.postMessage({ seq, error: e?.message ?? String(e), core: e?.name === 'MemfitError' });
   }

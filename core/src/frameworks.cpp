@@ -37,10 +37,14 @@ constexpr FrameworkTraits kFrameworks[] = {
      LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::Plain, 0, 0, true, false, false,
      "none printed", "trl trainer/sft_config.py, trainer/model_config.py, trainer/sft_trainer.py (compute_loss metrics)"},
     // TRL 1.16: add_fused_lm_head(outputs=("log_probs", "entropy", "is_top1")) computes the
-    // loss and both metrics in chunks without materialising the full logits.
+    // loss and both metrics in chunks without materialising the full logits. For a model
+    // loaded in 4/8-bit, SFTTrainer.__init__ then casts every trainable parameter except
+    // DoRA's magnitude to bf16 (the QLoRA paper's recipe; PEFT's autocast_adapter_dtype=False
+    // is not supported for quantized models).
     {Framework::Trl, "trl", "1.16", "1.16", 0.05, LT::PeftMapping,
      LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, false, false,
-     "none printed", "trl 1.16 trainer/sft_trainer.py (add_fused_lm_head), trainer/utils.py"},
+     "none printed", "trl 1.16 trainer/sft_trainer.py (add_fused_lm_head; bf16 adapters when _is_quantized_model), trainer/utils.py",
+     true},
     // torchtune 0.6 recipes: dtype bf16, CEWithChunkedOutputLoss (8 chunks), LoRA on
     // q/v/output_proj + MLP in the shipped *_lora configs, lora_dropout 0.0 (model builders),
     // adapters in the model dtype.
@@ -178,7 +182,7 @@ void resolve_precision(Request& r, const FrameworkTraits& fw) {
   r.precision = load_precision(lora ? fw.lora_load : fw.full_load, r.model);
   r.warnings.push_back(std::string("precision \"") + to_string(r.precision) + "\": the " + fw.name + " " +
                        fw.modelled_version + " default for " + (lora ? "LoRA/QLoRA" : "full fine-tuning") +
-                       (lora && !fw.adapters_in_model_dtype ? " (fp32 adapters)" : "") + "; set precision to override" +
+                       (lora && !fw.adapters_in_model_dtype ? (r.lora.adapter_bytes == 2 ? " (bf16 adapters)" : " (fp32 adapters)") : "") + "; set precision to override" +
                        (!lora && fw.lora_load == LoadDtype::Checkpoint && fw.full_load != LoadDtype::Checkpoint
                             ? " (the usual recipe: dtype=float32 with bf16=True; without dtype= Transformers 5 loads the "
                               "checkpoint's dtype: precision \"bf16\" or \"fp16\" then)"
@@ -198,6 +202,8 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
   if (!given.lora_dropout) r.lora.dropout = fw.lora_dropout;
   if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 0)
     r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
+  if (fw.quantized_adapters_bf16 && r.task == Task::Qlora && bitsandbytes(r.quantization) && r.lora.adapter_bytes == 0)
+    r.lora.adapter_bytes = 2;
   if (!given.precision) resolve_precision(r, fw);
   if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 2 && r.precision == Precision::Fp32) r.lora.adapter_bytes = 4;
   if (lora && !given.lora_targets) resolve_lora_targets(r, fw);

@@ -56,6 +56,9 @@ struct FrameworkTraits {
   bool measured_on_cpu;           ///< its own training step runs in memfit's CPU validator
   const char* memory_report;      ///< what the framework's own printed memory figure covers
   const char* source;             ///< where the row's facts were read
+  /// The trainer casts the trainable parameters of a bitsandbytes-quantized (QLoRA) model to
+  /// bf16 after get_peft_model, whatever the precision (TRL's SFTTrainer).
+  bool quantized_adapters_bf16 = false;
 };
 
 /// The row for a framework at a version ("" = the newest row). Throws Error for a version

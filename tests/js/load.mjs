@@ -11,6 +11,7 @@ export const CLI = path.resolve(process.env.MEMFIT_CLI ?? path.join(ROOT, 'build
 export async function load() {
   const { loadMemfit, MemfitError } = await import(pathToFileURL(path.join(SITE, 'memfit-api.mjs')).href);
   const api = await loadMemfit({ wasmBinary: await readFile(path.join(SITE, 'memfit.wasm')),
-    library: await readFile(path.join(SITE, 'library.json'), 'utf8') });
+    library: await readFile(path.join(SITE, 'library.json'), 'utf8'),
+    intake: { wasmBinary: await readFile(path.join(SITE, 'memfit-intake.wasm')) } });
   return { api, MemfitError };
 }
