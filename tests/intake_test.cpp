@@ -111,4 +111,9 @@ TEST_CASE("intake is a pure JSON function: the API gives the same answer and nam
   CHECK_FALSE(a["sources"]["micro_batch_size"].contains("line"));  // no line map given
   const json none = json::parse(memfit::intake_json(R"({"config": {"learning_rate": 0.1}})"));
   CHECK_THAT(none["error"].get<std::string>(), Catch::Matchers::Contains("none of the launch configs"));
+  // a ZeRO stage DeepSpeed would refuse is an error naming the key, not a silently ignored line
+  const json stage7 = json::parse(memfit::intake_json(R"({"config": {"zero_optimization": {"stage": 7}}})"));
+  CHECK_THAT(stage7["error"].get<std::string>(), Catch::Matchers::Contains("zero_optimization.stage is 7"));
+  const json stage0 = json::parse(memfit::intake_json(R"({"config": {"zero_optimization": {"stage": 0}}})"));
+  CHECK(stage0["request"]["parallelism"]["method"] == "ddp");
 }

@@ -176,9 +176,11 @@ async function resolveModel(s) {
     return { ref: { id: known.id }, name: known.id, source: 'Bundled config' };
   }
   const id = hub.parseModelId(s.model);
-  if (found.matches.length > 1) {
-    showSuggestions(found.matches.slice(0, 8), `${found.matches.length} bundled models match "${typed}"${found.matches.length > 8 ? ' (the first 8)' : ''}:`);
-    if (!id || !committed) throw new PageError(`Several bundled models match "${typed}": pick one from the list under the field.`, { field: 'model', pending: true });
+  if (found.matches.length) {
+    const n = found.matches.length;
+    showSuggestions(found.matches.slice(0, 8), n === 1 ? `A bundled model close to "${typed}":`
+      : `${n} bundled models match "${typed}"${n > 8 ? ' (the first 8)' : ''}:`);
+    if (!id) throw new PageError(`Several bundled models match "${typed}": pick one from the list under the field.`, { field: 'model', pending: true });
   } else {
     showSuggestions([]);
   }

@@ -21,5 +21,8 @@ export function searchModels(query, ids) {
   const matches = ids.filter((id) => ws.every((w) => id.toLowerCase().includes(w)))
     .sort((a, b) => a.length - b.length || a.localeCompare(b));
   if (named.length === 1) return { exact: named[0], matches: [named[0], ...matches.filter((m) => m !== named[0])] };
-  return { exact: matches.length === 1 ? matches[0] : null, matches };
+  // A full Hub id (org/name) names one repository: a bundled id that merely contains its words
+  // (allenai/OLMo-2-1124-7B-Instruct for allenai/OLMo-2-1124-7B) is offered, never taken for it.
+  const hubId = q.includes('/');
+  return { exact: !hubId && matches.length === 1 ? matches[0] : null, matches };
 }

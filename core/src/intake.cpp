@@ -395,11 +395,20 @@ void map_training_args(Mapper& m) {
   }
 }
 
+/// The ZeRO stage a DeepSpeed config names: 0 to 3, as DeepSpeed accepts (its config check
+/// rejects any other stage, so a file with one would not launch: say so rather than ignore it).
+long long zero_stage(const json& stage, const char* key) {
+  const long long s = whole(stage);
+  if (s < 0 || s > 3)
+    throw Error(std::string(key) + " is " + stage.dump() + ": DeepSpeed's ZeRO stages are 0, 1, 2 and 3 (it refuses to " +
+                "start with another); fix the file");
+  return s;
+}
+
 void map_deepspeed(Mapper& m) {
   if (const json* stage = m.get("zero_optimization.stage")) {
-    const long long s = whole(*stage);
-    if (s >= 1 && s <= 3) m.set("parallelism.method", std::string("zero") + std::to_string(s), "zero_optimization.stage");
-    else if (s == 0) m.set("parallelism.method", "ddp", "zero_optimization.stage");
+    const long long s = zero_stage(*stage, "zero_optimization.stage");
+    m.set("parallelism.method", s == 0 ? std::string("ddp") : "zero" + std::to_string(s), "zero_optimization.stage");
   }
   if (const json* d = m.get("zero_optimization.offload_optimizer.device"); d && d->is_string() && d->get<std::string>() != "none")
     m.set("parallelism.offload_optimizer", true, "zero_optimization.offload_optimizer.device");
@@ -423,8 +432,10 @@ void map_accelerate(Mapper& m) {
   if (procs > 0) m.set("num_gpus", procs, "num_processes");
   if (type == "MULTI_GPU") m.set("parallelism.method", "ddp", "distributed_type");
   if (type == "DEEPSPEED") {
-    if (const json* z = m.get("deepspeed_config.zero_stage"); z && whole(*z) >= 1 && whole(*z) <= 3)
-      m.set("parallelism.method", "zero" + std::to_string(whole(*z)), "deepspeed_config.zero_stage");
+    if (const json* z = m.get("deepspeed_config.zero_stage")) {
+      const long long st = zero_stage(*z, "deepspeed_config.zero_stage");
+      m.set("parallelism.method", st == 0 ? std::string("ddp") : "zero" + std::to_string(st), "deepspeed_config.zero_stage");
+    }
     if (const json* o = m.get("deepspeed_config.offload_optimizer_device"); o && o->is_string() && o->get<std::string>() != "none")
       m.set("parallelism.offload_optimizer", true, "deepspeed_config.offload_optimizer_device");
     if (const json* o = m.get("deepspeed_config.offload_param_device"); o && o->is_string() && o->get<std::string>() != "none")

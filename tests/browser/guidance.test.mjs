@@ -71,13 +71,15 @@ test('no Hub request for a half-typed id; the Hub search lists ids; Enter loads 
   await page.waitForTimeout(700);
   assert.deepEqual(hubRequests.map((r) => r.url), [], 'typing an id sends nothing to the Hub');
   assert.match(await text(page, '#model-status'), /press Enter to load it from huggingface\.co/);
+  // the bundled Instruct model is offered, not silently loaded in place of the typed base model
+  assert.match(await text(page, '#model-suggest'), /A bundled model close to[\s\S]*OLMo-2-1124-7B-Instruct/);
   await page.press('#model', 'Enter');
   await waitText(page, '#model-status', /From huggingface\.co · qwen2/);
   assert.equal(hubRequests.filter((r) => r.url.endsWith('/allenai/OLMo-2-1124-7B/resolve/main/config.json')).length, 1);
   // a name that no bundled model has: the Hub's search API offers ids
-  await page.fill('#model', 'olmo 2');
+  await page.fill('#model', 'olmo 13b');
   await waitText(page, '#model-suggest', /On huggingface\.co/);
-  assert.ok(hubRequests.some((r) => r.url.startsWith('https://huggingface.co/api/models?search=olmo%202')));
+  assert.ok(hubRequests.some((r) => r.url.startsWith('https://huggingface.co/api/models?search=olmo%2013b')));
   assert.deepEqual(await page.locator('#model-suggest button').allInnerTexts(), ['allenai/OLMo-2-1124-7B', 'allenai/OLMo-2-1124-13B']);
   await context.close();
 });

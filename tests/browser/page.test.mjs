@@ -25,7 +25,7 @@ async function hub(url, request) {
     '/broken/config/resolve/main/config.json': async () => '{"model_type": "llama", "hidden_size": 4096,',
     '/broken/sizes/resolve/main/config.json': async () => '{"model_type": "llama"}',
   };
-  if (p.startsWith('/meta-llama/Llama-3.3-70B-Instruct/') || p === '/api/models/meta-llama/Llama-3.3-70B-Instruct') {
+  if (p.startsWith('/meta-llama/Llama-3.1-70B-Instruct/') || p === '/api/models/meta-llama/Llama-3.1-70B-Instruct') {
     const auth = (await request.allHeaders()).authorization;
     if (auth !== `Bearer ${TOKEN}`) return { status: 401, body: '{"error":"Access to model is restricted."}' };
     return { body: p.startsWith('/api/') ? '{}' : llama70b };
@@ -133,11 +133,11 @@ test('copy link, JSON and Markdown exports', async () => {
 
 test('a gated model answering 401 explains the licence and the token; the token is sent only to the Hub', async () => {
   const { page, hubRequests, context } = await fresh();
-  await page.fill('#model', 'meta-llama/Llama-3.3-70B-Instruct');
+  await page.fill('#model', 'meta-llama/Llama-3.1-70B-Instruct');
   await page.press('#model', 'Enter');
   await waitStatus(page, /gated or private \(HTTP 401\)/);
   const message = await text(page, '#model-status');
-  assert.match(message, /Accept its licence on huggingface\.co\/meta-llama\/Llama-3\.3-70B-Instruct/);
+  assert.match(message, /Accept its licence on huggingface\.co\/meta-llama\/Llama-3\.1-70B-Instruct/);
   assert.match(message, /Hub token/);
   assert.ok(await page.locator('#error').isVisible());
   await screenshot(page, 'desktop-gated');

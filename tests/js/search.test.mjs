@@ -28,3 +28,12 @@ test('no match, and an empty query, give nothing', () => {
   assert.deepEqual(searchModels('no such model 9000', ids), { exact: null, matches: [] });
   assert.deepEqual(searchModels('', ids), { exact: null, matches: [] });
 });
+
+test('a full Hub id that is not bundled is offered its bundled look-alikes but never resolved to one', () => {
+  // only the Instruct model is bundled: the base model's id must go to the Hub, not load the Instruct
+  const { exact, matches } = searchModels('allenai/OLMo-2-1124-7B', ids);
+  assert.equal(exact, null);
+  assert.deepEqual(matches, ['allenai/OLMo-2-1124-7B-Instruct']);
+  // without an org the same words name the bundled model
+  assert.equal(searchModels('olmo 2 1124 7b', ids).exact, 'allenai/OLMo-2-1124-7B-Instruct');
+});
