@@ -88,10 +88,10 @@ def fixed_cases():
         for prec in ("fp32", "bf16"):
             cases.append(case(fam, f"{fam}/inference/{prec}/sdpa", task="inference", precision=prec,
                               inference={"batch_size": 2, "context_length": 128, "new_tokens": 8}))
-    # unsupported-here requests: reported, not crashes
-    cases.append(case(L, "llama/qlora (unsupported on CPU)", task="qlora",
+    # QLoRA and Lion through bitsandbytes (its CPU backend runs both since 0.46)
+    cases.append(case(L, "llama/qlora/nf4 (bitsandbytes CPU backend)", task="qlora",
                       lora={"rank": 16, "alpha": 32, "targets": "all-linear"}))
-    cases.append(case(L, "llama/full/fp32/lion (unsupported without bitsandbytes)", optimizer="lion"))
+    cases.append(case(L, "llama/full/fp32/lion (bitsandbytes)", optimizer="lion"))
     # gptj + sdpa is not a case: the estimator itself rejects it (family_traits.cpp; request_test.cpp)
     # distributed, 2 ranks on gloo
     for fam in ("llama", "qwen3"):
