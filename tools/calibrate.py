@@ -208,16 +208,43 @@ SETTINGS_NOT_KNOWN = {
     "torchtune-llama2-7b-full-4090-pagedadamw": _TT_README,
     "torchtune-llama2-7b-full-4x4090": _TT_README,
     "torchtune-llama2-70b-lora-8xa100": _TT_README,
+    # Same May 2024 README table as the five above. The llama2/7B_qlora_single_device config at
+    # that commit (0217d44c2) has batch_size 2, gradient_accumulation_steps 16, compile False and
+    # an unpacked alpaca_cleaned dataset; the row states batch 4 and "Seq Length = 2048" but not
+    # how the length was reached nor the accumulation.
+    "torchtune-llama2-7b-qlora-4090": _TT_README + "; gradient accumulation not stated (config default 16)",
+    # The README's optimization table names the optimizer only as "AdamW8bit"; the
+    # llama3_2/3B_full_single_device config at that commit (1814feb17) defaults to
+    # bitsandbytes.optim.PagedAdamW8bit, whose large states come from F.get_paged
+    # (cudaMallocManaged, outside torch's allocator: bitsandbytes optim/optimizer.py
+    # get_state_buffer), so they cannot appear in "Peak Memory Active"; torchao's AdamW8bit and
+    # bitsandbytes' AdamW8bit keep them as ordinary CUDA tensors, which can. The two readings
+    # differ by the whole 6 GiB of states, so the record cannot check the estimate until the
+    # class is known (both readings are printed; see ALTERNATIVE_READINGS).
+    "torchtune-llama3.2-3b-full-8-bit-adamw": "optimizer class not stated: \"AdamW8bit\" in the README prose, "
+                                              "bitsandbytes PagedAdamW8bit in the config",
 }
+# Another reading of a record whose settings are not fully given: (label, request patch). The
+# estimate under it is printed beside the record; neither reading enters the figures.
+ALTERNATIVE_READINGS = {
+    "torchtune-llama3.2-3b-full-8-bit-adamw": ("as non-paged AdamW8bit", {"optimizer": "adamw_8bit"}),
+}
+# torchtune logs three figures (training/memory.py get_memory_stats: active_bytes.all.peak,
+# max_memory_allocated, max_memory_reserved). Records whose table does not say which one it
+# shows are compared with allocated (the figure the estimate models most directly); the error
+# against reserved is printed beside them.
+METRIC_NOT_STATED = ("not stated", "does not say")
 # Metrics that compare one component rather than the whole estimate.
 COMPONENT_METRICS = {"weights", "weights+context"}
 # The gate on check records with known settings (--check). The targets (issue 8) are median <= 5 %
-# and p90 <= 15 %. Neither holds today on check records: median 6.2 %, p90 23.4 % over 16 records,
-# all torchtune but one; the tail is torchtune's compiled 8-bit AdamW run (-52 %), the compiled
-# Llama-2-7B QLoRA run (-23 %) and the PR 961 low-memory run (-15 %). So the gate sits just above
-# today's figures, as a regression gate, not at the targets; lower it as those records are fixed.
-GATE_MEDIAN_PCT = 7.0
-GATE_P90_PCT = 25.0
+# and p90 <= 15 %. Today, over 14 check records (all torchtune): median 5.5 %, p90 8.9 %, max
+# 19.7 % (the PR 961 low-memory Llama-2-7B run, -19.7 %; the same config measured 20.2 GB by
+# another maintainer, -17.4 %). The p90 target holds, the median target does not; the gate sits
+# just above today's figures as a regression gate. Two records left this pool in calib8 because
+# their source does not give a setting that moves the peak by more than the error (see
+# SETTINGS_NOT_KNOWN): with them the pool was median 5.9 %, p90 36.0 %.
+GATE_MEDIAN_PCT = 6.0
+GATE_P90_PCT = 10.0
 
 SKIP_REASONS = {
     "octocoder": "no authentic config.json of bigcode/octocoder (StarCoder) in the library",
@@ -334,6 +361,14 @@ def main():
         e = pick(est, metric)
         m = metric_value(rec)
         pct = (e - m) / m * 100
+        if metric == "allocated" and any(w in rec.get("metric", "") for w in METRIC_NOT_STATED):
+            notes.append(f'figure not stated; vs reserved {(est["per_gpu"]["reserved_peak_bytes"] - m) / m * 100:+.1f}%')
+        if rid in ALTERNATIVE_READINGS:
+            label, patch = ALTERNATIVE_READINGS[rid]
+            alt, alt_err = estimate(args.memfit, merge(request, patch))
+            if not alt_err:
+                a = pick(alt, metric)
+                notes.append(f"{label}: {a / GIB:.2f} GiB ({(a - m) / m * 100:+.1f}%)")
         errs.setdefault((classify(rec, rid, metric), framework_of(request)), []).append(abs(pct))
         rows.append((rid, role, metric, f"{e / GIB:.2f}", f"{m / GIB:.2f}", f"{pct:+.1f}%", "; ".join(notes)))
     if args.markdown:
@@ -356,6 +391,7 @@ def main():
     print("check records whose settings the source does not fully give (not in the figures above)")
     for fw in sorted({f for (c, f) in errs if c == "check-settings-not-known"}):
         print(summary(fw, pool("check-settings-not-known", fw)))
+    print(summary("all check records whole-estimate, known or not", check + pool("check-settings-not-known")))
     print(summary("check records compared on one component only", pool("check-component")))
     print("fit records (set a constant or a modelling choice: not evidence of accuracy)")
     print(summary("all", pool("fit")))
