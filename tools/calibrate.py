@@ -46,8 +46,18 @@ TT_32_3B = {"model": {"id": "meta-llama/Llama-3.2-3B"}, "precision": "bf16", "mi
             "runtime": {"framework": "torchtune"}}
 TT_31 = {"precision": "bf16", "micro_batch_size": 2, "sequence_length": 2048, "attention": "sdpa",
          "gradient_checkpointing": True, "runtime": {"framework": "torchtune", "compile": True}}
+# torchtune v0.1 (May 2024, commit 0217d44c2): the llama2 configs' loss is torch.nn.CrossEntropyLoss
+# (no chunked loss existed yet), and the recipes (full_finetune_single_device.py,
+# lora_finetune_single_device.py train loop) keep `logits` (the shifted fp32 copy) referenced
+# through loss.backward(): no `del logits` before backward as in later versions.
 TT_L2 = {"model": {"id": "meta-llama/Llama-2-7b-hf"}, "precision": "bf16", "micro_batch_size": 4,
-         "sequence_length": 2048, "attention": "sdpa", "runtime": {"framework": "torchtune"}}
+         "sequence_length": 2048, "attention": "sdpa",
+         "runtime": {"framework": "torchtune", "framework_version": "0.1", "loss_chunks": 0,
+                     "drop_outputs_before_backward": False}}
+# The Llama-3.2-3B "Optimization flags" table is cumulative and adds chunked cross-entropy in its
+# third row, so its first two rows ran torch.nn.CrossEntropyLoss (the config's default at that
+# commit is CEWithChunkedOutputLoss; the README's command names it as an override).
+UNCHUNKED = {"runtime": {"loss_chunks": 0}}
 PEFT_BLOOM = {"model": {"id": "bigscience/bloom-7b1"}, "precision": "fp32", "micro_batch_size": 8,
               "sequence_length": 64, "attention": "eager", "gpu": {"name": "A100-80GB"}}
 
@@ -88,8 +98,8 @@ MAPPING = {
                                                "allocated", "as above; ZeRO-3 with parameter + optimizer offload on one GPU"),
     "peft-readme-bloomz-7b1-full-oom": (merge(PEFT_BLOOM, {"task": "full"}), "oom", "ran out of memory on an 80 GB A100"),
     # torchtune, Llama-3.2-3B-Instruct (same shapes as Llama-3.2-3B), packed 2 x 4096
-    "torchtune-llama3.2-3b-full-packed-dataset": (merge(TT_32_3B, {"task": "full", "optimizer": "adamw_fused"}), "allocated", ""),
-    "torchtune-llama3.2-3b-full-compile": (merge(TT_32_3B, {"task": "full", "optimizer": "adamw_fused"}), "allocated",
+    "torchtune-llama3.2-3b-full-packed-dataset": (merge(TT_32_3B, UNCHUNKED, {"task": "full", "optimizer": "adamw_fused"}), "allocated", ""),
+    "torchtune-llama3.2-3b-full-compile": (merge(TT_32_3B, UNCHUNKED, {"task": "full", "optimizer": "adamw_fused"}), "allocated",
                                            ""),
     "torchtune-llama3.2-3b-full-chunked-cross-entropy": (merge(TT_32_3B, {"task": "full", "optimizer": "adamw_fused",
                                                                           "runtime": {"loss_chunks": 8}}), "allocated",
