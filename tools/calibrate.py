@@ -155,7 +155,8 @@ MAPPING = {
         merge(TT_31, {"model": {"id": "meta-llama/Llama-3.1-405B"}, "task": "qlora", "quantization": "nf4_double",
                       "lora": {"rank": 16, "alpha": 32, "targets": "all-linear", "adapter_dtype": "bf16"}, "optimizer": "adamw_fused",
                       "gpu": {"name": "A100-80GB"}, "num_gpus": 8, "parallelism": {"method": "fsdp_full_shard"},
-                      "runtime": {"loss_chunks": 8}}), "allocated", ""),
+                      # llama3_1/405B_qlora.yaml at 30b8519e8: loss torch.nn.CrossEntropyLoss (not chunked)
+                      "runtime": {"loss_chunks": 0}}), "allocated", ""),
     "torchtune-llama2-7b-qlora-4090": (
         merge(TT_L2, {"task": "qlora", "quantization": "nf4_double", "lora": {"rank": 8, "alpha": 16, "targets": "all-linear",
                       "adapter_dtype": "bf16"}, "gradient_checkpointing": True, "gpu": {"name": "RTX4090-24GB"}}), "allocated",
