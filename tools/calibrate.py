@@ -149,7 +149,9 @@ MAPPING = {
     "torchtune-llama3.1-70b-full-8xa100-offload": (
         merge(TT_31, {"model": {"id": "meta-llama/Llama-3.1-70B"}, "task": "full", "optimizer": "adamw_fused",
                       "gpu": {"name": "A100-80GB"}, "num_gpus": 8,
-                      "parallelism": {"method": "fsdp_full_shard", "offload_optimizer": True, "offload_params": True},
+                      # llama3_1/70B_full.yaml at 30b8519e8: custom_sharded_layers ['tok_embeddings', 'output']
+                      "parallelism": {"method": "fsdp_full_shard", "offload_optimizer": True, "offload_params": True,
+                                      "separate_embedding_units": True},
                       "runtime": {"loss_chunks": 8}}), "allocated", ""),
     "torchtune-llama3.1-405b-qlora-8xa100": (
         merge(TT_31, {"model": {"id": "meta-llama/Llama-3.1-405B"}, "task": "qlora", "quantization": "nf4_double",

@@ -199,11 +199,13 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
       out.gathered = add(add(live, std::max(compute_bytes(unit_w), compute_bytes(root_w))), prefetch);
     } else {
       // FSDP: current + prefetched unit, and the root unit (embeddings, head) held unsharded.
-      // torchtune wraps the embeddings and the output projection as units of their own
-      // (custom_sharded_layers): they are gathered only while they compute.
+      // torchtune's recipes shard each decoder layer, then the root (training/_distributed.py
+      // shard_model, get_shard_conditions); the root is gathered only while it computes. With
+      // custom_sharded_layers ['tok_embeddings', 'output'] (its llama3_1/70B_full.yaml, for
+      // instance) the two are units of their own, gathered one at a time.
       if (r.runtime.framework == Framework::Torchtune) {
-        // (one of them at a time: the larger of the two, not their sum)
-        out.gathered = add(compute_bytes(unit_w), std::max(compute_bytes(unit_w), compute_bytes(root_largest)));
+        const u64 root = r.parallelism.separate_embedding_units ? root_largest : root_w;
+        out.gathered = add(compute_bytes(unit_w), std::max(compute_bytes(unit_w), compute_bytes(root)));
       } else {
         out.gathered = add(mul(2, compute_bytes(unit_w)), compute_bytes(root_w));
         out.gathered_root = compute_bytes(root_w);
