@@ -8,8 +8,11 @@ the estimate figure that matches the record's metric, compared like with like:
     nvidia-smi / NVML used       -> per_gpu.device_total_bytes
     torch max_memory_reserved    -> per_gpu.reserved_peak_bytes
     torch max_memory_allocated   -> per_gpu.allocated_peak_bytes
-    torch active_bytes peak      -> per_gpu.allocated_peak_bytes (active == allocated at the peak)
-    torchtune tables (metric not stated: torchtune logs active/alloc/reserved) -> allocated
+    torch active_bytes peak      -> per_gpu.allocated_peak_bytes (active == allocated at the peak,
+                                    except blocks freed while another stream still uses them:
+                                    torchtune's activation offloading calls record_stream)
+    torchtune tables (metric not stated: torchtune logs active/alloc/reserved) -> allocated, and
+                                    the error against reserved is printed beside the record
 
 Records that cannot be compared say why (unsupported architecture, no authentic config,
 features memfit does not model). Records that ran out of memory must come out as "does not fit".
