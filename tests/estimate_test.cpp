@@ -232,6 +232,20 @@ TEST_CASE("runtime features that trade memory: chunked loss, offloaded activatio
   CHECK(part(run(j), "activations") < part(base, "activations"));
 }
 
+TEST_CASE("torchtune compiles the loss, not the chunked head: the head's gradient sum stays", "[estimate][runtime]") {
+  // torchtune's compile_model compiles the decoder layers and compile_loss the per-chunk
+  // cross-entropy; the eight output projections and the sum of their weight gradients run eager:
+  // once every chunk's loss backward has run, six of the eight bf16 logits-gradient chunks wait
+  // while the running sum, the next product and their sum ([V, h] each) are alive.
+  json j = {{"model", {{"id", "meta-llama/Llama-3.2-3B"}}}, {"task", "full"}, {"precision", "bf16"},
+            {"micro_batch_size", 2}, {"sequence_length", 4096}, {"optimizer", "adamw_fused"},
+            {"gradient_checkpointing", true},
+            {"runtime", {{"framework", "torchtune"}, {"loss_chunks", 8}, {"compile", true}, {"optimizer_in_backward", true}}}};
+  const u64 head_grad = 128256ull * 3072 * 2;      // [V, h] bf16 (tied with the embedding)
+  const u64 logits = 2ull * 4096 * 128256 * 2;     // all chunks' logits gradients, bf16
+  CHECK(part(run(j), "logits_loss") >= 3 * head_grad + logits / 8 * 6);
+}
+
 TEST_CASE("DDP without a bucket copy, and GPipe holding every micro-batch", "[estimate][parallel]") {
   json j = llama7b();
   j["task"] = "lora";

@@ -65,6 +65,10 @@ TEST_CASE("LLaMA-Factory, torchtune and LitGPT recipes map their own keys", "[in
   CHECK(line_of(out, "sequence_length") == 16);  // tokenizer.max_seq_len
   CHECK(estimates(out["request"]));
 
+  out = read_example("torchtune-full-fsdp.yaml");
+  CHECK(out["request"]["parallelism"]["separate_embedding_units"] == true);  // custom_sharded_layers
+  CHECK(estimates(out["request"]));
+
   out = read_example("litgpt-lora.yaml");
   CHECK(out["format"] == "litgpt");
   CHECK(out["request"]["model"]["id"] == "meta-llama/Llama-2-7b-hf");  // checkpoints/ stripped

@@ -154,3 +154,18 @@ TEST_CASE("tp on 3 or 64 GPUs: the largest TP dividing the heads, the rest as re
   j["num_gpus"] = 3;
   CHECK_THROWS_WITH(run(j), Catch::Contains("divisible by tp"));
 }
+
+TEST_CASE("torchtune FSDP with custom_sharded_layers gathers embedding and output one at a time", "[parallel][fsdp]") {
+  // custom_sharded_layers ['tok_embeddings', 'output'] (e.g. torchtune's llama3_1/70B_full.yaml)
+  // makes each an FSDP unit of its own, unsharded only while it computes: the two untied [V, h]
+  // matrices are never gathered together.
+  const json j = {{"model", {{"id", "meta-llama/Llama-3.1-8B"}}}, {"task", "lora"}, {"precision", "bf16"},
+                  {"micro_batch_size", 2}, {"sequence_length", 2048}, {"gradient_checkpointing", true},
+                  {"num_gpus", 8}, {"parallelism", {{"method", "fsdp_full_shard"}, {"separate_embedding_units", true}}},
+                  {"runtime", {{"framework", "torchtune"}}}};
+  const u64 both_root_modules = 2ull * 128256 * 4096 * 2;
+  CHECK(part(run(j), "communication_buffers") < both_root_modules);
+  json root = j;  // without custom_sharded_layers both sit in the root unit (shard_model's last fully_shard)
+  root["parallelism"]["separate_embedding_units"] = false;
+  CHECK(part(run(root), "communication_buffers") > both_root_modules);
+}

@@ -8,8 +8,11 @@ the estimate figure that matches the record's metric, compared like with like:
     nvidia-smi / NVML used       -> per_gpu.device_total_bytes
     torch max_memory_reserved    -> per_gpu.reserved_peak_bytes
     torch max_memory_allocated   -> per_gpu.allocated_peak_bytes
-    torch active_bytes peak      -> per_gpu.allocated_peak_bytes (active == allocated at the peak)
-    torchtune tables (metric not stated: torchtune logs active/alloc/reserved) -> allocated
+    torch active_bytes peak      -> per_gpu.allocated_peak_bytes (active == allocated at the peak,
+                                    except blocks freed while another stream still uses them:
+                                    torchtune's activation offloading calls record_stream)
+    torchtune tables (metric not stated: torchtune logs active/alloc/reserved) -> allocated, and
+                                    the error against reserved is printed beside the record
 
 Records that cannot be compared say why (unsupported architecture, no authentic config,
 features memfit does not model). Records that ran out of memory must come out as "does not fit".
@@ -46,8 +49,18 @@ TT_32_3B = {"model": {"id": "meta-llama/Llama-3.2-3B"}, "precision": "bf16", "mi
             "runtime": {"framework": "torchtune"}}
 TT_31 = {"precision": "bf16", "micro_batch_size": 2, "sequence_length": 2048, "attention": "sdpa",
          "gradient_checkpointing": True, "runtime": {"framework": "torchtune", "compile": True}}
+# torchtune v0.1 (May 2024, commit 0217d44c2): the llama2 configs' loss is torch.nn.CrossEntropyLoss
+# (no chunked loss existed yet), and the recipes (full_finetune_single_device.py,
+# lora_finetune_single_device.py train loop) keep `logits` (the shifted fp32 copy) referenced
+# through loss.backward(): no `del logits` before backward as in later versions.
 TT_L2 = {"model": {"id": "meta-llama/Llama-2-7b-hf"}, "precision": "bf16", "micro_batch_size": 4,
-         "sequence_length": 2048, "attention": "sdpa", "runtime": {"framework": "torchtune"}}
+         "sequence_length": 2048, "attention": "sdpa",
+         "runtime": {"framework": "torchtune", "framework_version": "0.1", "loss_chunks": 0,
+                     "drop_outputs_before_backward": False}}
+# The Llama-3.2-3B "Optimization flags" table is cumulative and adds chunked cross-entropy in its
+# third row, so its first two rows ran torch.nn.CrossEntropyLoss (the config's default at that
+# commit is CEWithChunkedOutputLoss; the README's command names it as an override).
+UNCHUNKED = {"runtime": {"loss_chunks": 0}}
 PEFT_BLOOM = {"model": {"id": "bigscience/bloom-7b1"}, "precision": "fp32", "micro_batch_size": 8,
               "sequence_length": 64, "attention": "eager", "gpu": {"name": "A100-80GB"}}
 
@@ -88,8 +101,8 @@ MAPPING = {
                                                "allocated", "as above; ZeRO-3 with parameter + optimizer offload on one GPU"),
     "peft-readme-bloomz-7b1-full-oom": (merge(PEFT_BLOOM, {"task": "full"}), "oom", "ran out of memory on an 80 GB A100"),
     # torchtune, Llama-3.2-3B-Instruct (same shapes as Llama-3.2-3B), packed 2 x 4096
-    "torchtune-llama3.2-3b-full-packed-dataset": (merge(TT_32_3B, {"task": "full", "optimizer": "adamw_fused"}), "allocated", ""),
-    "torchtune-llama3.2-3b-full-compile": (merge(TT_32_3B, {"task": "full", "optimizer": "adamw_fused"}), "allocated",
+    "torchtune-llama3.2-3b-full-packed-dataset": (merge(TT_32_3B, UNCHUNKED, {"task": "full", "optimizer": "adamw_fused"}), "allocated", ""),
+    "torchtune-llama3.2-3b-full-compile": (merge(TT_32_3B, UNCHUNKED, {"task": "full", "optimizer": "adamw_fused"}), "allocated",
                                            ""),
     "torchtune-llama3.2-3b-full-chunked-cross-entropy": (merge(TT_32_3B, {"task": "full", "optimizer": "adamw_fused",
                                                                           "runtime": {"loss_chunks": 8}}), "allocated",
@@ -139,13 +152,16 @@ MAPPING = {
     "torchtune-llama3.1-70b-full-8xa100-offload": (
         merge(TT_31, {"model": {"id": "meta-llama/Llama-3.1-70B"}, "task": "full", "optimizer": "adamw_fused",
                       "gpu": {"name": "A100-80GB"}, "num_gpus": 8,
-                      "parallelism": {"method": "fsdp_full_shard", "offload_optimizer": True, "offload_params": True},
+                      # llama3_1/70B_full.yaml at 30b8519e8: custom_sharded_layers ['tok_embeddings', 'output']
+                      "parallelism": {"method": "fsdp_full_shard", "offload_optimizer": True, "offload_params": True,
+                                      "separate_embedding_units": True},
                       "runtime": {"loss_chunks": 8}}), "allocated", ""),
     "torchtune-llama3.1-405b-qlora-8xa100": (
         merge(TT_31, {"model": {"id": "meta-llama/Llama-3.1-405B"}, "task": "qlora", "quantization": "nf4_double",
                       "lora": {"rank": 16, "alpha": 32, "targets": "all-linear", "adapter_dtype": "bf16"}, "optimizer": "adamw_fused",
                       "gpu": {"name": "A100-80GB"}, "num_gpus": 8, "parallelism": {"method": "fsdp_full_shard"},
-                      "runtime": {"loss_chunks": 8}}), "allocated", ""),
+                      # llama3_1/405B_qlora.yaml at 30b8519e8: loss torch.nn.CrossEntropyLoss (not chunked)
+                      "runtime": {"loss_chunks": 0}}), "allocated", ""),
     "torchtune-llama2-7b-qlora-4090": (
         merge(TT_L2, {"task": "qlora", "quantization": "nf4_double", "lora": {"rank": 8, "alpha": 16, "targets": "all-linear",
                       "adapter_dtype": "bf16"}, "gradient_checkpointing": True, "gpu": {"name": "RTX4090-24GB"}}), "allocated",
@@ -208,16 +224,43 @@ SETTINGS_NOT_KNOWN = {
     "torchtune-llama2-7b-full-4090-pagedadamw": _TT_README,
     "torchtune-llama2-7b-full-4x4090": _TT_README,
     "torchtune-llama2-70b-lora-8xa100": _TT_README,
+    # Same May 2024 README table as the five above. The llama2/7B_qlora_single_device config at
+    # that commit (0217d44c2) has batch_size 2, gradient_accumulation_steps 16, compile False and
+    # an unpacked alpaca_cleaned dataset; the row states batch 4 and "Seq Length = 2048" but not
+    # how the length was reached nor the accumulation.
+    "torchtune-llama2-7b-qlora-4090": _TT_README + "; gradient accumulation not stated (config default 16)",
+    # The README's optimization table names the optimizer only as "AdamW8bit"; the
+    # llama3_2/3B_full_single_device config at that commit (1814feb17) defaults to
+    # bitsandbytes.optim.PagedAdamW8bit, whose large states come from F.get_paged
+    # (cudaMallocManaged, outside torch's allocator: bitsandbytes optim/optimizer.py
+    # get_state_buffer), so they cannot appear in "Peak Memory Active"; torchao's AdamW8bit and
+    # bitsandbytes' AdamW8bit keep them as ordinary CUDA tensors, which can. The two readings
+    # differ by the whole 6 GiB of states, so the record cannot check the estimate until the
+    # class is known (both readings are printed; see ALTERNATIVE_READINGS).
+    "torchtune-llama3.2-3b-full-8-bit-adamw": "optimizer class not stated: \"AdamW8bit\" in the README prose, "
+                                              "bitsandbytes PagedAdamW8bit in the config",
 }
+# Another reading of a record whose settings are not fully given: (label, request patch). The
+# estimate under it is printed beside the record; neither reading enters the figures.
+ALTERNATIVE_READINGS = {
+    "torchtune-llama3.2-3b-full-8-bit-adamw": ("as non-paged AdamW8bit", {"optimizer": "adamw_8bit"}),
+}
+# torchtune logs three figures (training/memory.py get_memory_stats: active_bytes.all.peak,
+# max_memory_allocated, max_memory_reserved). Records whose table does not say which one it
+# shows are compared with allocated (the figure the estimate models most directly); the error
+# against reserved is printed beside them.
+METRIC_NOT_STATED = ("not stated", "does not say")
 # Metrics that compare one component rather than the whole estimate.
 COMPONENT_METRICS = {"weights", "weights+context"}
-# The gate on check records with known settings (--check). The targets (issue 8) are median <= 5 %
-# and p90 <= 15 %. Neither holds today on check records: median 6.2 %, p90 23.4 % over 16 records,
-# all torchtune but one; the tail is torchtune's compiled 8-bit AdamW run (-52 %), the compiled
-# Llama-2-7B QLoRA run (-23 %) and the PR 961 low-memory run (-15 %). So the gate sits just above
-# today's figures, as a regression gate, not at the targets; lower it as those records are fixed.
-GATE_MEDIAN_PCT = 7.0
-GATE_P90_PCT = 25.0
+# The gate on check records with known settings (--check), at the targets of issue 8: median
+# <= 5 % and p90 <= 15 %. Today, over 14 check records (all torchtune): median 4.2 %, p90 11.4 %,
+# max 11.9 % (the PR 961 low-memory Llama-2-7B run, -11.9 %; the same config measured 20.2 GB
+# allocated by another maintainer would be -2.8 %). Two records left this pool in calib8 because
+# their source does not give a setting that moves the peak by more than the error (see
+# SETTINGS_NOT_KNOWN); over the same 16 records as before: median 4.7 %, p90 19.1 % (was 5.9 %,
+# 36.0 %).
+GATE_MEDIAN_PCT = 5.0
+GATE_P90_PCT = 15.0
 
 SKIP_REASONS = {
     "octocoder": "no authentic config.json of bigcode/octocoder (StarCoder) in the library",
@@ -334,6 +377,14 @@ def main():
         e = pick(est, metric)
         m = metric_value(rec)
         pct = (e - m) / m * 100
+        if metric == "allocated" and any(w in rec.get("metric", "") for w in METRIC_NOT_STATED):
+            notes.append(f'figure not stated; vs reserved {(est["per_gpu"]["reserved_peak_bytes"] - m) / m * 100:+.1f}%')
+        if rid in ALTERNATIVE_READINGS:
+            label, patch = ALTERNATIVE_READINGS[rid]
+            alt, alt_err = estimate(args.memfit, merge(request, patch))
+            if not alt_err:
+                a = pick(alt, metric)
+                notes.append(f"{label}: {a / GIB:.2f} GiB ({(a - m) / m * 100:+.1f}%)")
         errs.setdefault((classify(rec, rid, metric), framework_of(request)), []).append(abs(pct))
         rows.append((rid, role, metric, f"{e / GIB:.2f}", f"{m / GIB:.2f}", f"{pct:+.1f}%", "; ".join(notes)))
     if args.markdown:
@@ -356,6 +407,7 @@ def main():
     print("check records whose settings the source does not fully give (not in the figures above)")
     for fw in sorted({f for (c, f) in errs if c == "check-settings-not-known"}):
         print(summary(fw, pool("check-settings-not-known", fw)))
+    print(summary("all check records whole-estimate, known or not", check + pool("check-settings-not-known")))
     print(summary("check records compared on one component only", pool("check-component")))
     print("fit records (set a constant or a modelling choice: not evidence of accuracy)")
     print(summary("all", pool("fit")))

@@ -185,6 +185,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // Chunked cross-entropy (torchtune CEWithChunkedOutputLoss): the logits come as chunks, each
   // upcast to fp32 and reduced on its own; the fp32 log-softmax of every chunk is kept, but the
   // upcast copy and the backward's gradient buffers exist for one chunk at a time.
+  // All chunks' logits in their dtype: held by the model output (eager loss) or saved by the
+  // compiled loss, whose backward peak is one logits-sized gradient (activations.cpp).
+  const u64 chunked_logits = r.runtime.compile ? head.loss_backward_peak : head.held_logits;
   if (r.runtime.loss_chunks > 1 && role.head) {
     const u64 c = r.runtime.loss_chunks;
     head.loss_forward_peak = div_ceil(head.loss_forward_peak, c);
@@ -265,17 +268,23 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // the next chunk's product and their sum are alive at the second chunk (measured, peak dump
   // of llama/torchtune/full/bf16/nogc/sdpa: three [1024, 128] bf16 and six of eight [16, 1024]
   // bf16 logits-gradient chunks at step 2's backward peak).
-  if (role.head && r.runtime.loss_chunks > 1 && !r.runtime.compile) {
+  // Under torch.compile the same holds: torchtune compiles each TransformerSelfAttentionLayer and
+  // the loss's compute_cross_entropy, not the chunked output projection (training/_compile.py
+  // compile_model / compile_loss), so the chunks' projections and their weight-gradient sum run
+  // eager; what each compiled loss chunk saved (its logits) is freed by its own backward.
+  if (role.head && r.runtime.loss_chunks > 1) {
     const u64 c = r.runtime.loss_chunks;
-    const u64 elem = head.held_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
+    const u64 elem = chunked_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
     const u64 wgrad = mul(div_ceil(m.vocab, l.vocab_split()), m.lm_head.in, elem);
-    const u64 queued = head_t > 0 ? add(scale(head.held_logits, c - 2, c), mul(3, wgrad))
-                                  : add(scale(head.held_logits, c - 1, c), div_ceil(mul(tokens, m.lm_head.in, elem), c));
+    const u64 queued = head_t > 0 ? add(scale(chunked_logits, c - 2, c), mul(3, wgrad))
+                                  : add(scale(chunked_logits, c - 1, c), div_ceil(mul(tokens, m.lm_head.in, elem), c));
+    const u64 freed = r.runtime.compile ? chunked_logits : scale(mul(tokens, 4, m.vocab), 1, l.vocab_split());
     Moment q{"backward", {}};
     base(q);
+    if (fsdp && rs.gathered_root > 0) q.parts["communication_buffers"] = rs.gathered_root;  // as at the head's backward above
     q.parts["activations"] = add(A, shared);
     q.parts["autocast_weight_copies"] = add(casts_total, head_casts);
-    q.parts["logits_loss"] = add(sub_floor(head.saved, scale(mul(tokens, 4, m.vocab), 1, l.vocab_split())), queued);
+    q.parts["logits_loss"] = add(sub_floor(head.saved, freed), queued);
     out.push_back(q);
   }
   // Backward through the layers, top to bottom: both ends of each run of identical layers.

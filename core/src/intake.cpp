@@ -273,6 +273,9 @@ void map_torchtune(Mapper& m) {
   take_bool(m, "enable_activation_offloading", "runtime.activation_offloading");
   take_bool(m, "compile", "runtime.compile");
   take_bool(m, "optimizer_in_bwd", "runtime.optimizer_in_backward");
+  // distributed recipes: custom_sharded_layers makes the named modules FSDP units of their own
+  if (const json* v = m.get("custom_sharded_layers"); v && v->is_array() && !v->empty())
+    m.set("parallelism.separate_embedding_units", true, "custom_sharded_layers");
   if (const json* v = m.get("dtype"); v && v->is_string())
     m.set("precision", v->get<std::string>() == "fp32" ? "fp32" : "bf16", "dtype");
   take_int(m, "model.lora_rank", "lora.rank");

@@ -154,16 +154,19 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
     t = add(t, mul(role.layers[i], add(div_ceil(g.t_split, tp), g.t_repl)));
     if (role.layers[i] > 0) unit_w = std::max(unit_w, layer_w);
   }
-  u64 root_w = 0;
+  u64 root_w = 0, root_largest = 0;  // all root modules; the largest one alone
   const bool holds_embedding = role.embedding || (role.head && s.tied_embeddings);
   if (holds_embedding) {
     root_w = add(root_w, div_ceil(s.emb_w, l.vocab_split()));
+    root_largest = root_w;
     t = add(t, div_ceil(s.emb_t, l.vocab_split()));
   }
   if (role.head) {
     // CPU (DTensor, parallelize_module of the projections only): lm_head is a plain replicated
     // nn.Linear, so its weight, gradient and optimizer state are whole on every rank.
-    root_w = add(root_w, add(div_ceil(s.head_w_split, l.vocab_split()), s.head_w_repl));
+    const u64 head_w = add(div_ceil(s.head_w_split, l.vocab_split()), s.head_w_repl);
+    root_w = add(root_w, head_w);
+    root_largest = std::max(root_largest, head_w);
     t = add(t, add(div_ceil(s.head_t_split, l.vocab_split()), s.head_t_repl));
   }
   w = add(w, root_w);
@@ -196,10 +199,13 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
       out.gathered = add(add(live, std::max(compute_bytes(unit_w), compute_bytes(root_w))), prefetch);
     } else {
       // FSDP: current + prefetched unit, and the root unit (embeddings, head) held unsharded.
-      // torchtune wraps the embeddings and the output projection as units of their own
-      // (custom_sharded_layers): they are gathered only while they compute.
+      // torchtune's recipes shard each decoder layer, then the root (training/_distributed.py
+      // shard_model, get_shard_conditions); the root is gathered only while it computes. With
+      // custom_sharded_layers ['tok_embeddings', 'output'] (its llama3_1/70B_full.yaml, for
+      // instance) the two are units of their own, gathered one at a time.
       if (r.runtime.framework == Framework::Torchtune) {
-        out.gathered = add(compute_bytes(unit_w), std::max(compute_bytes(unit_w), compute_bytes(root_w)));
+        const u64 root = r.parallelism.separate_embedding_units ? root_largest : root_w;
+        out.gathered = add(compute_bytes(unit_w), std::max(compute_bytes(unit_w), compute_bytes(root)));
       } else {
         out.gathered = add(mul(2, compute_bytes(unit_w)), compute_bytes(root_w));
         out.gathered_root = compute_bytes(root_w);

@@ -413,7 +413,7 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     if (!p.is_object()) throw Error("request field \"parallelism\" must be an object like {\"method\": \"zero3\"}");
     check_keys(p, "\"parallelism\"",
                {"method", "dp", "tp", "pp", "cp", "sequence_parallel", "offload_optimizer", "offload_params", "gpus_per_node",
-                "gradient_as_bucket_view", "pipeline_schedule"});
+                "gradient_as_bucket_view", "pipeline_schedule", "separate_embedding_units"});
     Parallelism& par = r.parallelism;
     if (p.contains("method")) par.method = pick(p["method"], "parallelism.method", kMethods);
     if (p.contains("dp")) par.dp = positive(p["dp"], "parallelism.dp", kMaxGpus);
@@ -426,6 +426,8 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     if (p.contains("gpus_per_node")) par.gpus_per_node = positive(p["gpus_per_node"], "parallelism.gpus_per_node", 1024);
     if (p.contains("gradient_as_bucket_view"))
       par.gradient_as_bucket_view = boolean(p["gradient_as_bucket_view"], "parallelism.gradient_as_bucket_view");
+    if (p.contains("separate_embedding_units"))
+      par.separate_embedding_units = boolean(p["separate_embedding_units"], "parallelism.separate_embedding_units");
     if (p.contains("pipeline_schedule")) {
       constexpr std::pair<const char*, bool> kSchedules[] = {{"1f1b", false}, {"gpipe", true}};
       par.gpipe = pick(p["pipeline_schedule"], "parallelism.pipeline_schedule", kSchedules);
@@ -503,6 +505,7 @@ json request_to_json(const Request& r) {
                       {"sequence_parallel", p.sequence_parallel}, {"offload_optimizer", p.offload_optimizer},
                       {"offload_params", p.offload_params}, {"gpus_per_node", p.gpus_per_node},
                       {"gradient_as_bucket_view", p.gradient_as_bucket_view},
+                      {"separate_embedding_units", p.separate_embedding_units},
                       {"pipeline_schedule", p.gpipe ? "gpipe" : "1f1b"}};
   j["device"] = r.device == Device::Cuda ? "cuda" : "cpu";
   j["runtime"] = {{"framework", to_string(r.runtime.framework)},

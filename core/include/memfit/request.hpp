@@ -103,6 +103,9 @@ struct Parallelism {
   u64 gpus_per_node = 8;
   bool gradient_as_bucket_view = false;  ///< DDP: gradients live in the buckets (no second copy)
   bool gpipe = false;                    ///< pipeline schedule GPipe (all micro-batches in flight) instead of 1F1B
+  /// FSDP: the embedding and the output projection are units of their own, gathered one at a time
+  /// (torchtune's custom_sharded_layers: ['tok_embeddings', 'output']); otherwise they sit in the root unit
+  bool separate_embedding_units = false;
 };
 
 struct Runtime {
