@@ -223,6 +223,21 @@ def pattern_cases():
                precision="bf16", inference={"batch_size": 2, "context_length": 128, "new_tokens": 8}),
         shaped("mixtral", "mixtral/h128-L2-V16384/inference/fp32/sdpa/b2c64", 1, 2, 16384, task="inference",
                precision="fp32", inference={"batch_size": 2, "context_length": 64, "new_tokens": 8}),
+        # eager attention at long sequences: LoRA on q/v without checkpointing, AMP and fp32 with
+        # checkpointing (check misses gemma lora-r16-qv s512, codegen amp_bf16 gc, gemma2 fp32 gc
+        # s768, gpt2 lora qv bf16 gc)
+        shaped("gemma", "gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd", 1, 3, 1024, task="lora",
+               attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=512,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        shaped("codegen", "codegen/h256-L2-V16384/full/amp_bf16/gc/eager/b1s192/sgd", 2, 2, 16384,
+               precision="amp_bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=1, sequence_length=192),
+        shaped("gemma2", "gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd", 1, 2, 2048, attention="eager",
+               gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1, sequence_length=1024),
+        shaped("gpt2", "gpt2/h256-L2-V1024/lora-r8-qv/bf16/gc/eager/b2s128/sgd", 2, 2, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=2, sequence_length=128,
+               lora={"rank": 8, "alpha": 16, "targets": ["c_attn"], "dropout": 0.0}),
     ]
 
 
