@@ -408,15 +408,24 @@ long long zero_stage(const json& stage, const char* key) {
   return s;
 }
 
-void map_deepspeed(Mapper& m) {
-  if (const json* stage = m.get("zero_optimization.stage")) {
-    const long long s = zero_stage(*stage, "zero_optimization.stage");
-    m.set("parallelism.method", s == 0 ? std::string("ddp") : "zero" + std::to_string(s), "zero_optimization.stage");
+/// A ZeRO stage and its offload devices ("cpu" / "nvme" offload, "none" does not), under the key
+/// names of a DeepSpeed JSON or of accelerate's deepspeed_config.
+void take_zero(Mapper& m, const char* stage_key, const char* optimizer_device_key, const char* param_device_key) {
+  if (const json* stage = m.get(stage_key)) {
+    const long long s = zero_stage(*stage, stage_key);
+    m.set("parallelism.method", s == 0 ? std::string("ddp") : "zero" + std::to_string(s), stage_key);
   }
-  if (const json* d = m.get("zero_optimization.offload_optimizer.device"); d && d->is_string() && d->get<std::string>() != "none")
-    m.set("parallelism.offload_optimizer", true, "zero_optimization.offload_optimizer.device");
-  if (const json* d = m.get("zero_optimization.offload_param.device"); d && d->is_string() && d->get<std::string>() != "none")
-    m.set("parallelism.offload_params", true, "zero_optimization.offload_param.device");
+  const auto offloads = [&](const char* key) {
+    const json* d = m.get(key);
+    return d && d->is_string() && d->get<std::string>() != "none";
+  };
+  if (offloads(optimizer_device_key)) m.set("parallelism.offload_optimizer", true, optimizer_device_key);
+  if (offloads(param_device_key)) m.set("parallelism.offload_params", true, param_device_key);
+}
+
+void map_deepspeed(Mapper& m) {
+  take_zero(m, "zero_optimization.stage", "zero_optimization.offload_optimizer.device",
+            "zero_optimization.offload_param.device");
   for (const char* key : {"train_micro_batch_size_per_gpu", "gradient_accumulation_steps"}) {
     const json* v = m.get(key);
     if (v && whole(*v) < 0) m.note(std::string(key) + " is \"auto\": it comes from the Trainer's arguments");
@@ -434,16 +443,9 @@ void map_accelerate(Mapper& m) {
   const long long procs = m.get("num_processes") ? whole(*m.get("num_processes")) : 1;
   if (procs > 0) m.set("num_gpus", procs, "num_processes");
   if (type == "MULTI_GPU") m.set("parallelism.method", "ddp", "distributed_type");
-  if (type == "DEEPSPEED") {
-    if (const json* z = m.get("deepspeed_config.zero_stage")) {
-      const long long st = zero_stage(*z, "deepspeed_config.zero_stage");
-      m.set("parallelism.method", st == 0 ? std::string("ddp") : "zero" + std::to_string(st), "deepspeed_config.zero_stage");
-    }
-    if (const json* o = m.get("deepspeed_config.offload_optimizer_device"); o && o->is_string() && o->get<std::string>() != "none")
-      m.set("parallelism.offload_optimizer", true, "deepspeed_config.offload_optimizer_device");
-    if (const json* o = m.get("deepspeed_config.offload_param_device"); o && o->is_string() && o->get<std::string>() != "none")
-      m.set("parallelism.offload_params", true, "deepspeed_config.offload_param_device");
-  }
+  if (type == "DEEPSPEED")
+    take_zero(m, "deepspeed_config.zero_stage", "deepspeed_config.offload_optimizer_device",
+              "deepspeed_config.offload_param_device");
   if (type == "FSDP") {
     const json* s = m.get("fsdp_config.fsdp_sharding_strategy");
     const std::string strat = s ? (s->is_string() ? s->get<std::string>() : s->dump()) : "FULL_SHARD";

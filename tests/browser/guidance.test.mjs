@@ -2,14 +2,13 @@
 // control in the form's words, the last result kept (marked stale) while a field is invalid,
 // warnings on absurd values, "nothing fits" with the closest layout and the changes that fit,
 // a core error never shown as "nothing fits", and the phone layout. Hub answered from fixtures.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
-import { serve, launch, hermeticContext, openPage, screenshot, ROOT } from './harness.mjs';
+import { siteSession, hermeticContext, openPage, screenshot, ROOT } from './harness.mjs';
 import path from 'node:path';
 
-let server;
-let browser;
+const session = siteSession();
 let hubMode = 'up';
 const olmo = await readFile(path.join(ROOT, 'tests/browser/fixtures/qwen2.5-7b.config.json'), 'utf8');
 
@@ -21,18 +20,10 @@ async function hub(url) {
   return { status: 404, body: '{"error":"Repository not found"}' };
 }
 
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
 
 async function fresh(hash = '', options = { viewport: { width: 1366, height: 900 } }) {
-  const env = await hermeticContext(browser, server.url, hub, options);
-  const { page, errors } = await openPage(env.context, `${server.url}${hash}`);
+  const env = await hermeticContext(session.browser, session.server.url, hub, options);
+  const { page, errors } = await openPage(env.context, `${session.server.url}${hash}`);
   return { ...env, page, errors };
 }
 const text = (page, sel) => page.locator(sel).innerText();

@@ -5,6 +5,7 @@ import { createServer } from 'node:http';
 import { readFile, mkdir } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { before, after } from 'node:test';
 import { chromium } from 'playwright-core';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -40,6 +41,23 @@ export function serve(root = SITE, pages = {}) {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({
     url: `http://127.0.0.1:${server.address().port}/`, port: server.address().port, close: () => new Promise((r) => server.close(r)),
   })));
+}
+
+/**
+ * The site server and one Chromium for a whole test file: started before its first test, closed
+ * after its last. The returned object's `server` ({url, port, close}) and `browser` are set by then.
+ */
+export function siteSession() {
+  const session = { server: null, browser: null };
+  before(async () => {
+    session.server = await serve();
+    session.browser = await launch();
+  });
+  after(async () => {
+    await session.browser?.close();
+    await session.server?.close();
+  });
+  return session;
 }
 
 export const fixture = (name) => readFile(path.join(FIXTURES, name), 'utf8');

@@ -1,30 +1,21 @@
 // The launch-config box (web/intake.js): each example in tests/intake/, pasted into the page,
 // gives the request `memfit intake FILE --gpu GPU` gives (the native CLI, yaml-cpp), and the page
 // shows where each field came from. A bad file gets a message, not a broken page.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFile, readdir } from 'node:fs/promises';
 import path from 'node:path';
-import { serve, launch, hermeticContext, openPage, screenshot, ROOT } from './harness.mjs';
+import { siteSession, hermeticContext, openPage, screenshot, ROOT } from './harness.mjs';
 
 const CLI = path.resolve(process.env.MEMFIT_CLI ?? path.join(ROOT, 'build/native/cli/memfit'));
 const EXAMPLES = path.join(ROOT, 'tests/intake');
 
-let server;
-let browser;
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const session = siteSession();
 
 async function fresh() {
-  const env = await hermeticContext(browser, server.url, () => ({ status: 404, body: '{}' }), { viewport: { width: 1366, height: 900 } });
-  const { page, errors } = await openPage(env.context, server.url);
+  const env = await hermeticContext(session.browser, session.server.url, () => ({ status: 404, body: '{}' }), { viewport: { width: 1366, height: 900 } });
+  const { page, errors } = await openPage(env.context, session.server.url);
   await page.click('#launch-box summary');
   return { ...env, page, errors };
 }

@@ -1,14 +1,13 @@
 // The page in headless Chromium: a newcomer's flow, shared links, the Hub's failure modes
 // (gated, malformed, unreachable), exports, keyboard use, and screenshots of the main views
 // (build/screenshots). Every huggingface.co request is answered from fixtures/.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { serve, launch, hermeticContext, openPage, screenshot, fixture, ROOT } from './harness.mjs';
+import { siteSession, hermeticContext, openPage, screenshot, fixture, ROOT } from './harness.mjs';
 
-let server;
-let browser;
+const session = siteSession();
 let hubMode = 'up';
 const TOKEN = 'hf_test_token_123';
 const llama70b = await readFile(path.join(ROOT, 'data/configs/meta-llama--Llama-3.1-70B.json'), 'utf8');
@@ -33,17 +32,9 @@ async function hub(url, request) {
   return routes[p] ? { body: await routes[p]() } : { status: 404, body: '{"error":"Repository not found"}' };
 }
 
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
 
-async function fresh(options = { viewport: { width: 1366, height: 900 } }, url = server.url) {
-  const env = await hermeticContext(browser, server.url, hub, options);
+async function fresh(options = { viewport: { width: 1366, height: 900 } }, url = session.server.url) {
+  const env = await hermeticContext(session.browser, session.server.url, hub, options);
   const { page, errors } = await openPage(env.context, url);
   return { ...env, page, errors };
 }
@@ -243,7 +234,7 @@ test('dark mode', async () => {
 });
 
 test('embed mode: a compact calculator for a fixed model', async () => {
-  const url = `${server.url}?embed=1&model=meta-llama/Llama-3.1-8B&task=qlora&gpu=RTX4090-24GB`;
+  const url = `${session.server.url}?embed=1&model=meta-llama/Llama-3.1-8B&task=qlora&gpu=RTX4090-24GB`;
   const { page, errors, context } = await fresh({ viewport: { width: 720, height: 640 } }, url);
   assert.ok(await page.locator('.model-card').isHidden());
   assert.equal(await text(page, '#embed-model'), 'meta-llama/Llama-3.1-8B');
@@ -256,7 +247,7 @@ test('embed mode: a compact calculator for a fixed model', async () => {
   assert.deepEqual(errors, []);
   await context.close();
   // the hash form works too, and a big plan says how many layouts the embed leaves out
-  const hashed = await fresh({ viewport: { width: 720, height: 900 } }, `${server.url}#embed=1&model=meta-llama/Llama-3.1-70B&gpus=16&gpu=H100-80GB`);
+  const hashed = await fresh({ viewport: { width: 720, height: 900 } }, `${session.server.url}#embed=1&model=meta-llama/Llama-3.1-70B&gpus=16&gpu=H100-80GB`);
   assert.ok(await hashed.page.locator('.model-card').isHidden());
   assert.equal(await hashed.page.inputValue('#gpu'), 'H100-SXM-80GB', 'a GPU alias becomes the catalog entry');
   const rows = await hashed.page.evaluate(() => window.memfit.result.plan.candidates.length);

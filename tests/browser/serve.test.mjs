@@ -1,25 +1,16 @@
 // The Serve panel (web/serve.js, issue 11) in headless Chromium: the context x concurrency
 // grid of the default model and GPU, and how engine and KV dtype change it.
-import { test, before, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { serve, launch, hermeticContext, openPage, screenshot } from './harness.mjs';
+import { siteSession, hermeticContext, openPage, screenshot } from './harness.mjs';
 
-let server;
-let browser;
-before(async () => {
-  server = await serve();
-  browser = await launch();
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+const session = siteSession();
 
 const fitting = (page) => page.locator('#serve-grid td[data-fits="1"]').count();
 
 test('the Serve panel shows which contexts and concurrencies fit, and reacts to its controls', async () => {
-  const env = await hermeticContext(browser, server.url, async () => ({ status: 404, body: '{}' }), { viewport: { width: 1366, height: 900 } });
-  const { page, errors } = await openPage(env.context, server.url);
+  const env = await hermeticContext(session.browser, session.server.url, async () => ({ status: 404, body: '{}' }), { viewport: { width: 1366, height: 900 } });
+  const { page, errors } = await openPage(env.context, session.server.url);
   // the panel follows the main form's model once the page has set it
   await page.waitForFunction(() => {
     const card = document.querySelector('#serve-card');
