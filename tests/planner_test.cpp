@@ -125,6 +125,23 @@ TEST_CASE("nothing fits: never suggests what the request already does", "[planne
   }
 }
 
+TEST_CASE("nothing fits: a change that does not fit is listed only if it gets closer", "[planner]") {
+  // QLoRA at a long sequence on 4 x RTX 4090: the activations of one sequence set the peak, and
+  // more GPUs do not split them, so "4096 GPUs instead of 4, still too big" must not be offered
+  const json request = {{"model", {{"id", "meta-llama/Llama-3.1-8B"}}}, {"task", "qlora"}, {"sequence_length", 8192},
+                        {"cluster", {{"gpu", {{"name", "RTX4090-24GB"}}}, {"num_gpus", 4}}}};
+  const Plan p = plan(request_from_json(request));
+  REQUIRE(p.nothing_fits);
+  const u64 now = p.candidates[p.nothing_fits->closest].at_max.device_total_bytes;
+  bool fitting = false;
+  for (const Suggestion& s : p.nothing_fits->suggestions) {
+    fitting |= s.fits;
+    if (!s.fits) CHECK(s.per_gpu_bytes < now);
+    CHECK(s.change != Change::NumGpus);
+  }
+  CHECK(fitting);  // a shorter sequence does fit
+}
+
 TEST_CASE("an error every layout hits is the plan's error, not \"nothing fits\"", "[planner]") {
   const json request = {{"model", {{"id", "openai-community/gpt2"}}}, {"task", "lora"},
                         {"lora", {{"targets", {"foo_proj"}}}}, {"num_gpus", 8}};

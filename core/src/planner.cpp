@@ -195,10 +195,12 @@ std::optional<Suggestion> try_change(Change change, u64 value, std::string text,
 }
 
 /// Halves (sequence length) or doubles (GPU count) until something fits: the first value that
-/// fits, or the last one tried when none does.
+/// fits. When none does, the first value that gets closest, and only if it gets closer than the
+/// request itself: more GPUs do not shrink a replicated model, and "4096 GPUs, still too big"
+/// helps nobody.
 template <class Apply>
 std::optional<Suggestion> search_change(Change change, u64 from, bool halve, u64 limit, const Request& r, Apply apply) {
-  std::optional<Suggestion> last;
+  std::optional<Suggestion> best;
   for (u64 v = halve ? from / 2 : from * 2; halve ? v >= limit : v <= limit; v = halve ? v / 2 : v * 2) {
     Request changed = r;
     apply(changed, v);
@@ -206,11 +208,13 @@ std::optional<Suggestion> search_change(Change change, u64 from, bool halve, u64
                                  ? "sequence length " + std::to_string(v) + " instead of " + std::to_string(from)
                                  : std::to_string(v) + " GPUs instead of " + std::to_string(from);
     if (auto s = try_change(change, v, text, changed)) {
-      last = s;
-      if (s->fits) break;
+      if (s->fits) return s;
+      if (!best || s->per_gpu_bytes < best->per_gpu_bytes) best = s;
     }
   }
-  return last;
+  const Closest now = closest_at_one(r);
+  if (best && now.bytes != 0 && best->per_gpu_bytes >= now.bytes) return std::nullopt;
+  return best;
 }
 
 /// The single changes worth trying when nothing fits, skipping what the request already does.
