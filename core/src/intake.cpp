@@ -85,6 +85,13 @@ long long whole(const json& v) {
   return -1;
 }
 
+/// memfit's name for a bitsandbytes 4-bit setup: its quant type ("fp4" or the default "nf4") and
+/// whether the absmax constants are quantized again (memfit models double quantization for NF4).
+const char* bnb_4bit(const json* quant_type, bool double_quant) {
+  if (quant_type && quant_type->is_string() && quant_type->get<std::string>() == "fp4") return "fp4";
+  return double_quant ? "nf4_double" : "nf4";
+}
+
 double real(const json& v) {
   if (v.is_number()) return v.get<double>();
   if (v.is_string()) {
@@ -214,9 +221,7 @@ void map_llamafactory(Mapper& m) {
     const long long bits = whole(*qbit);
     const json* dq = m.get("double_quantization");  // LLaMA-Factory default: true
     const json* qt = m.get("quantization_type");    // default nf4
-    std::string q = bits == 8 ? "int8" : (qt && qt->is_string() && qt->get<std::string>() == "fp4") ? "fp4"
-                                     : (!dq || truthy(*dq)) ? "nf4_double" : "nf4";
-    m.set("quantization", q, "quantization_bit");
+    m.set("quantization", bits == 8 ? "int8" : bnb_4bit(qt, !dq || truthy(*dq)), "quantization_bit");
   }
   take_int(m, "per_device_train_batch_size", "micro_batch_size");
   take_int(m, "cutoff_len", "sequence_length");
@@ -371,8 +376,7 @@ void map_training_args(Mapper& m) {
   if (k4) {
     const json* qt = m.get("bnb_4bit_quant_type");
     const json* nested = m.get("use_bnb_nested_quant");
-    const bool fp4 = qt && qt->is_string() && qt->get<std::string>() == "fp4";
-    m.set("quantization", fp4 ? "fp4" : (nested && truthy(*nested)) ? "nf4_double" : "nf4", "load_in_4bit");
+    m.set("quantization", bnb_4bit(qt, nested && truthy(*nested)), "load_in_4bit");
   }
   if (k8) m.set("quantization", "int8", "load_in_8bit");
   take_int(m, "lora_r", "lora.rank");

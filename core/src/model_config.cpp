@@ -170,6 +170,20 @@ u64 read_dims(Builder& b, std::initializer_list<const char*> hidden, std::initia
   return h;
 }
 
+/// read_dims plus what the GQA families written against Transformers 5 configs share: KV heads,
+/// an explicit head_dim, learned-position limit, attention dropout and an untied embedding.
+u64 read_gqa_dims(Builder& b) {
+  ModelSpec& m = b.m;
+  const ConfigReader& r = b.r;
+  const u64 h = read_dims(b, {"hidden_size"}, {"num_hidden_layers"}, {"num_attention_heads"});
+  m.kv_heads = r.size_or({"num_key_value_heads"}, m.heads);
+  m.head_dim = m.v_head_dim = r.size_or({"head_dim"}, h / m.heads);
+  m.max_positions = r.size_or({"max_position_embeddings"}, 0);
+  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
+  m.embedding_params = mul(m.vocab, h);
+  return h;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Llama and its look-alikes: pre-norm decoder, RMSNorm, rotary positions, gated MLP.
 // Covers llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), yi, olmo(2), gemma(2/3), phi3,
@@ -901,15 +915,7 @@ void build_gpt_oss(Builder& b) {
   ModelSpec& m = b.m;
   const ConfigReader& r = b.r;
   m.family = "gpt_oss";
-  const u64 h = m.hidden = r.size({"hidden_size"});
-  m.layers = r.size({"num_hidden_layers"});
-  m.heads = r.size({"num_attention_heads"});
-  m.kv_heads = r.size_or({"num_key_value_heads"}, m.heads);
-  m.head_dim = m.v_head_dim = r.size_or({"head_dim"}, h / m.heads);
-  m.vocab = r.size({"vocab_size"});
-  m.max_positions = r.size_or({"max_position_embeddings"}, 0);
-  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
+  const u64 h = read_gqa_dims(b);
   const u64 experts = r.size({"num_local_experts"});
   const u64 topk = r.size({"num_experts_per_tok", "experts_per_token"});
   const u64 inter = r.size({"intermediate_size"});
@@ -964,15 +970,8 @@ void build_llama4_text(Builder& b) {
   ModelSpec& m = b.m;
   const ConfigReader& r = b.r;
   m.family = "llama4_text";
-  const u64 h = m.hidden = r.size({"hidden_size"});
-  const u64 L = m.layers = r.size({"num_hidden_layers"});
-  m.heads = r.size({"num_attention_heads"});
-  m.kv_heads = r.size_or({"num_key_value_heads"}, m.heads);
-  m.head_dim = m.v_head_dim = r.size_or({"head_dim"}, h / m.heads);
-  m.vocab = r.size({"vocab_size"});
-  m.max_positions = r.size_or({"max_position_embeddings"}, 0);
-  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
+  const u64 h = read_gqa_dims(b);
+  const u64 L = m.layers;
   const u64 experts = r.size({"num_local_experts"});
   const u64 topk = r.size_or({"num_experts_per_tok"}, 1);
   const u64 inter = r.size({"intermediate_size"});
