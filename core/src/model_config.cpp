@@ -184,6 +184,39 @@ u64 read_gqa_dims(Builder& b) {
   return h;
 }
 
+/// A value a config class names under some keys, and the class's default when none is present
+/// (no keys: always the default).
+template <class T>
+struct Named {
+  std::initializer_list<const char*> keys;
+  T fallback;
+};
+
+/// What the LayerNorm decoders with a plain MLP (fc, activation, fc) read alike, each under its
+/// own config class's key names: the activation and the dropout probabilities.
+struct PlainDecoderKeys {
+  Named<const char*> activation;
+  Named<double> attention_dropout, hidden_dropout, embedding_dropout{{}, 0.0};
+};
+
+/// Sets what those decoders share (LayerNorm, the plain MLP, activation, dropouts, the embedding
+/// matrix) and returns their one layer group (every layer, MLP width `mlp_width`), for the builder
+/// to add its Linears to. Call after read_dims.
+LayerGroup plain_decoder(Builder& b, const PlainDecoderKeys& k, u64 mlp_width) {
+  ModelSpec& m = b.m;
+  m.norm = NormKind::LayerNorm;
+  m.mlp = MlpKind::Plain;
+  m.activation = b.r.text_or(k.activation.keys, k.activation.fallback);
+  m.attention_dropout = b.r.real_or(k.attention_dropout.keys, k.attention_dropout.fallback);
+  m.hidden_dropout = b.r.real_or(k.hidden_dropout.keys, k.hidden_dropout.fallback);
+  m.embedding_dropout = b.r.real_or(k.embedding_dropout.keys, k.embedding_dropout.fallback);
+  m.embedding_params = mul(m.vocab, m.hidden);
+  LayerGroup g;
+  g.count = m.layers;
+  g.mlp_intermediate = mlp_width;
+  return g;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Llama and its look-alikes: pre-norm decoder, RMSNorm, rotary positions, gated MLP.
 // Covers llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), yi, olmo(2), gemma(2/3), phi3,
@@ -437,19 +470,11 @@ void build_gpt2(Builder& b) {
   m.vocab = r.size({"vocab_size"});
   m.max_positions = r.size({"n_positions", "max_position_embeddings"});
   const u64 inner = r.size_or({"n_inner"}, mul(4, h));
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"activation_function"}, "gelu_new");
+  LayerGroup g = plain_decoder(b, {{{"activation_function"}, "gelu_new"}, {{"attn_pdrop"}, 0.1},
+                                   {{"resid_pdrop"}, 0.1}, {{"embd_pdrop"}, 0.1}}, inner);
   m.fused_qkv = true;
   m.learned_positions = true;
-  m.attention_dropout = r.real_or({"attn_pdrop"}, 0.1);
-  m.hidden_dropout = r.real_or({"resid_pdrop"}, 0.1);
-  m.embedding_dropout = r.real_or({"embd_pdrop"}, 0.1);
-  m.embedding_params = mul(m.vocab, h);
   m.position_params = mul(m.max_positions, h);
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = inner;
   g.linears.push_back(col("c_attn", h, add(h, mul(2, m.kv_heads, m.head_dim)), true));
   g.linears.push_back(row("c_proj", h, h, true));
   add_plain_mlp(g.linears, h, inner, true, "c_fc", "c_proj");
@@ -473,17 +498,12 @@ void build_opt(Builder& b) {
   const u64 proj = r.size_or({"word_embed_proj_dim"}, h);
   const bool bias = r.flag_or({"enable_bias"}, true);
   const bool affine = r.flag_or({"layer_norm_elementwise_affine"}, true);
-  m.norm = affine ? NormKind::LayerNorm : NormKind::NonParametric;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"activation_function"}, "relu");
+  LayerGroup g = plain_decoder(b, {{{"activation_function"}, "relu"}, {{"attention_dropout"}, 0.0},
+                                   {{"dropout"}, 0.1}}, ffn);
+  if (!affine) m.norm = NormKind::NonParametric;
   m.learned_positions = true;
-  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
-  m.hidden_dropout = r.real_or({"dropout"}, 0.1);
   m.embedding_params = mul(m.vocab, proj);
   m.position_params = mul(add(m.max_positions, 2), h);  // OPTLearnedPositionalEmbedding offset 2
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = ffn;
   add_attention(g.linears, h, m.heads, m.heads, m.head_dim, bias, bias, "q_proj", "k_proj", "v_proj", "out_proj");
   add_plain_mlp(g.linears, h, ffn, bias, "fc1", "fc2");
   g.other_params = mul(2, norm_params(m.norm, h));
@@ -501,20 +521,12 @@ void build_opt(Builder& b) {
 // BLOOM: ALiBi (no position parameters), LayerNorm after the embedding, fused query_key_value.
 void build_bloom(Builder& b) {
   ModelSpec& m = b.m;
-  const ConfigReader& r = b.r;
   m.family = "bloom";
   const u64 h = read_dims(b, {"hidden_size", "n_embed"}, {"n_layer", "num_hidden_layers"}, {"n_head", "num_attention_heads"});
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = "bloom_gelu";
+  LayerGroup g = plain_decoder(b, {{{}, "bloom_gelu"}, {{"attention_dropout"}, 0.0}, {{"hidden_dropout"}, 0.0}},
+                               mul(4, h));
   m.fused_qkv = true;
   m.alibi = true;
-  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
-  m.hidden_dropout = r.real_or({"hidden_dropout"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = mul(4, h);
   g.linears.push_back(col("query_key_value", h, mul(3, h), true));
   g.linears.push_back(row("dense", h, h, true));
   add_plain_mlp(g.linears, h, mul(4, h), true, "dense_h_to_4h", "dense_4h_to_h");
@@ -544,23 +556,16 @@ void build_falcon(Builder& b) {
   const bool parallel = r.flag_or({"parallel_attn"}, true);
   const bool bias = r.flag_or({"bias"}, false);
   if (r.flag_or({"alibi"}, false)) m.alibi = true;
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"activation"}, "gelu");
+  const u64 ffn = r.size_or({"ffn_hidden_size"}, mul(4, h));
+  LayerGroup g = plain_decoder(b, {{{"activation"}, "gelu"}, {{"attention_dropout"}, 0.0}, {{"hidden_dropout"}, 0.0}},
+                               ffn);
   // one LayerNorm feeds both branches (7B style), or ln_attn + ln_mlp over the same residual
   const u64 falcon_lns = new_arch ? r.size_or({"num_ln_in_parallel_attn"}, 2) : (parallel ? 1 : 2);
   m.parallel_block = parallel && falcon_lns == 1;
   m.parallel_two_norms = parallel && falcon_lns == 2;
   m.fused_qkv = true;
-  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
-  m.hidden_dropout = r.real_or({"hidden_dropout"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
-  const u64 ffn = r.size_or({"ffn_hidden_size"}, mul(4, h));
   const u64 qkv_out = new_arch ? mul(add(m.heads, mul(2, m.kv_heads)), m.head_dim)
                                : add(h, mul(2, m.kv_heads, m.head_dim));
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = ffn;
   g.linears.push_back(col("query_key_value", h, qkv_out, bias));
   g.linears.push_back(row("dense", h, h, bias));
   add_plain_mlp(g.linears, h, ffn, bias, "dense_h_to_4h", "dense_4h_to_h");
@@ -580,17 +585,10 @@ void build_gpt_neox(Builder& b) {
   m.max_positions = r.size_or({"max_position_embeddings"}, 0);
   const u64 inter = r.size({"intermediate_size"});
   const bool bias = r.flag_or({"attention_bias"}, true);
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"hidden_act"}, "gelu");
+  LayerGroup g = plain_decoder(b, {{{"hidden_act"}, "gelu"}, {{"attention_dropout"}, 0.0}, {{"hidden_dropout"}, 0.0}},
+                               inter);
   m.parallel_two_norms = r.flag_or({"use_parallel_residual"}, true);
   m.fused_qkv = true;
-  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
-  m.hidden_dropout = r.real_or({"hidden_dropout"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = inter;
   g.linears.push_back(col("query_key_value", h, mul(3, h), bias));
   g.linears.push_back(row("dense", h, h, bias));
   add_plain_mlp(g.linears, h, inter, true, "dense_h_to_4h", "dense_4h_to_h");
@@ -612,17 +610,9 @@ void build_gptj(Builder& b) {
   // every attention registers embed_positions: fp32 sin/cos [max_positions, rotary_dim or n_embd]
   m.buffer_bytes = mul(m.layers, m.max_positions, r.size_or({"rotary_dim"}, h), 4);
   const u64 inner = r.size_or({"n_inner"}, mul(4, h));
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"activation_function"}, "gelu_new");
+  LayerGroup g = plain_decoder(b, {{{"activation_function"}, "gelu_new"}, {{"attn_pdrop"}, 0.0},
+                                   {{"resid_pdrop"}, 0.0}, {{"embd_pdrop"}, 0.0}}, inner);
   m.parallel_block = true;
-  m.attention_dropout = r.real_or({"attn_pdrop"}, 0.0);
-  m.hidden_dropout = r.real_or({"resid_pdrop"}, 0.0);
-  m.embedding_dropout = r.real_or({"embd_pdrop"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = inner;
   if (m.model_type == "codegen") {
     m.fused_qkv = true;
     m.logits_fp32_in_model = true;
@@ -649,15 +639,11 @@ void build_gpt_neo(Builder& b) {
   // every GPTNeoSelfAttention registers bias = tril(ones(1, 1, max_positions, max_positions, bool))
   m.buffer_bytes = mul(m.layers, m.max_positions, m.max_positions);
   const u64 inner = r.size_or({"intermediate_size"}, mul(4, h));
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"activation_function"}, "gelu_new");
+  // every layer is its own group (local/global alternate): plain_decoder's group is the template
+  const LayerGroup plain = plain_decoder(b, {{{"activation_function"}, "gelu_new"}, {{"attention_dropout"}, 0.0},
+                                             {{"resid_dropout"}, 0.0}, {{"embed_dropout"}, 0.0}}, inner);
   m.learned_positions = true;
   m.logits_fp32_in_model = true;
-  m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
-  m.hidden_dropout = r.real_or({"resid_dropout"}, 0.0);
-  m.embedding_dropout = r.real_or({"embed_dropout"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
   m.position_params = mul(m.max_positions, h);
   const u64 window = r.size_or({"window_size"}, 256);
   // attention_types: [[["global","local"], 12]] expands to the per-layer list.
@@ -669,9 +655,8 @@ void build_gpt_neo(Builder& b) {
         for (u64 rep_i = 0; rep_i < item[1].get<u64>() && local.size() < m.layers; ++rep_i)
           for (const json& kind : item[0]) local.push_back(kind.is_string() && kind.get<std::string>() == "local");
   for (u64 idx = 0; idx < m.layers; ++idx) {
-    LayerGroup g;
+    LayerGroup g = plain;
     g.count = 1;
-    g.mlp_intermediate = inner;
     add_attention(g.linears, h, m.heads, m.heads, m.head_dim, false, true, "q_proj", "k_proj", "v_proj", "out_proj");
     g.linears[0].bias = g.linears[1].bias = g.linears[2].bias = false;
     add_plain_mlp(g.linears, h, inner, true, "c_fc", "c_proj");
@@ -699,17 +684,10 @@ void build_phi(Builder& b) {
   m.vocab = r.size({"vocab_size"});
   m.max_positions = r.size_or({"max_position_embeddings", "n_positions"}, 0);
   const u64 inner = msft ? r.size_or({"n_inner"}, mul(4, h)) : r.size({"intermediate_size"});
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"hidden_act", "activation_function"}, "gelu_new");
+  LayerGroup g = plain_decoder(b, {{{"hidden_act", "activation_function"}, "gelu_new"},
+                                   {{"attention_dropout", "attn_pdrop"}, 0.0}, {{"resid_pdrop"}, 0.0},
+                                   {{"embd_pdrop"}, 0.0}}, inner);
   m.parallel_block = true;
-  m.attention_dropout = r.real_or({"attention_dropout", "attn_pdrop"}, 0.0);
-  m.hidden_dropout = r.real_or({"resid_pdrop"}, 0.0);
-  m.embedding_dropout = r.real_or({"embd_pdrop"}, 0.0);
-  m.embedding_params = mul(m.vocab, h);
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = inner;
   if (msft) {
     m.fused_qkv = true;
     g.linears.push_back(col("Wqkv", h, mul(add(m.heads, mul(2, m.kv_heads)), m.head_dim), true));
@@ -734,17 +712,10 @@ void build_biogpt(Builder& b) {
   const u64 h = read_dims(b, {"hidden_size"}, {"num_hidden_layers"}, {"num_attention_heads"});
   m.max_positions = r.size({"max_position_embeddings"});
   const u64 inter = r.size({"intermediate_size"});
-  m.norm = NormKind::LayerNorm;
-  m.mlp = MlpKind::Plain;
-  m.activation = r.text_or({"hidden_act"}, "gelu");
+  LayerGroup g = plain_decoder(b, {{{"hidden_act"}, "gelu"}, {{"attention_probs_dropout_prob"}, 0.1},
+                                   {{"hidden_dropout_prob"}, 0.1}}, inter);
   m.learned_positions = true;
-  m.attention_dropout = r.real_or({"attention_probs_dropout_prob"}, 0.1);
-  m.hidden_dropout = r.real_or({"hidden_dropout_prob"}, 0.1);
-  m.embedding_params = mul(m.vocab, h);
   m.position_params = mul(add(m.max_positions, 2), h);
-  LayerGroup g;
-  g.count = m.layers;
-  g.mlp_intermediate = inter;
   add_attention(g.linears, h, m.heads, m.heads, m.head_dim, true, true, "q_proj", "k_proj", "v_proj", "out_proj");
   add_plain_mlp(g.linears, h, inter, true, "fc1", "fc2");
   g.other_params = mul(2, norm_params(NormKind::LayerNorm, h));
