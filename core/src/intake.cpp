@@ -119,6 +119,22 @@ void take_real(Mapper& m, const std::string& key, const std::string& field) {
     if (x >= 0) m.set(field, x, key);
   }
 }
+/// How a launch-config value becomes a request field.
+enum class Kind { Whole, Real, Flag };
+/// One key of a launch config and the request field it sets.
+struct Field {
+  const char* key;
+  const char* field;
+  Kind kind;
+};
+/// Takes each present key of the table, in order (a later key overrides an earlier one).
+void take(Mapper& m, std::initializer_list<Field> fields) {
+  for (const Field& f : fields) {
+    if (f.kind == Kind::Whole) take_int(m, f.key, f.field);
+    else if (f.kind == Kind::Real) take_real(m, f.key, f.field);
+    else take_bool(m, f.key, f.field);
+  }
+}
 void take_model(Mapper& m, const std::string& key) {
   if (const json* v = m.get(key); v && v->is_string()) {
     std::string id = v->get<std::string>();
@@ -184,9 +200,9 @@ void take_half_flags(Mapper& m, const char* bf16_key, const char* fp16_key, cons
 void map_axolotl(Mapper& m) {
   m.set("runtime.framework", "axolotl", "(file format)");
   take_model(m, "base_model");
-  take_int(m, "micro_batch_size", "micro_batch_size");
-  take_int(m, "sequence_len", "sequence_length");
-  take_int(m, "gradient_accumulation_steps", "gradient_accumulation_steps");
+  take(m, {{"micro_batch_size", "micro_batch_size", Kind::Whole},
+           {"sequence_len", "sequence_length", Kind::Whole},
+           {"gradient_accumulation_steps", "gradient_accumulation_steps", Kind::Whole}});
   if (const json* v = m.get("gradient_checkpointing")) m.set("gradient_checkpointing", truthy(*v) || v->is_string(), "gradient_checkpointing");
   if (const json* a = m.get("adapter"); a && a->is_string()) {
     const std::string ad = a->get<std::string>();
@@ -196,9 +212,9 @@ void map_axolotl(Mapper& m) {
   }
   if (const json* v = m.get("load_in_4bit"); v && truthy(*v)) m.set("quantization", "nf4", "load_in_4bit");
   if (const json* v = m.get("load_in_8bit"); v && truthy(*v)) m.set("quantization", "int8", "load_in_8bit");
-  take_int(m, "lora_r", "lora.rank");
-  take_real(m, "lora_alpha", "lora.alpha");
-  take_real(m, "lora_dropout", "lora.dropout");
+  take(m, {{"lora_r", "lora.rank", Kind::Whole},
+           {"lora_alpha", "lora.alpha", Kind::Real},
+           {"lora_dropout", "lora.dropout", Kind::Real}});
   if (const json* v = m.get("lora_target_linear"); v && truthy(*v)) m.set("lora.targets", "all-linear", "lora_target_linear");
   else take_targets(m, "lora_target_modules");
   take_half_flags(m, "bf16", "fp16", "bf16", "fp16");  // Axolotl loads the model in the half dtype
@@ -223,12 +239,12 @@ void map_llamafactory(Mapper& m) {
     const json* qt = m.get("quantization_type");    // default nf4
     m.set("quantization", bits == 8 ? "int8" : bnb_4bit(qt, !dq || truthy(*dq)), "quantization_bit");
   }
-  take_int(m, "per_device_train_batch_size", "micro_batch_size");
-  take_int(m, "cutoff_len", "sequence_length");
-  take_int(m, "gradient_accumulation_steps", "gradient_accumulation_steps");
-  take_int(m, "lora_rank", "lora.rank");
-  take_real(m, "lora_alpha", "lora.alpha");
-  take_real(m, "lora_dropout", "lora.dropout");
+  take(m, {{"per_device_train_batch_size", "micro_batch_size", Kind::Whole},
+           {"cutoff_len", "sequence_length", Kind::Whole},
+           {"gradient_accumulation_steps", "gradient_accumulation_steps", Kind::Whole},
+           {"lora_rank", "lora.rank", Kind::Whole},
+           {"lora_alpha", "lora.alpha", Kind::Real},
+           {"lora_dropout", "lora.dropout", Kind::Real}});
   take_targets(m, "lora_target");
   // LLaMA-Factory switches gradient checkpointing on unless disable_gradient_checkpointing.
   if (const json* v = m.get("disable_gradient_checkpointing")) m.set("gradient_checkpointing", !truthy(*v), "disable_gradient_checkpointing");
@@ -271,21 +287,21 @@ void map_torchtune(Mapper& m) {
   if (qlora) m.set("quantization", "nf4", "model._component_");  // torchao NF4Tensor
   if (const char* id = torchtune_model_id(last)) m.set("model.id", id, "model._component_");
   else m.note("model._component_ " + builder + ": no known checkpoint; give the model's config.json");
-  take_int(m, "batch_size", "micro_batch_size");
-  take_int(m, "tokenizer.max_seq_len", "sequence_length");
-  take_int(m, "gradient_accumulation_steps", "gradient_accumulation_steps");
-  take_bool(m, "enable_activation_checkpointing", "gradient_checkpointing");
-  take_bool(m, "enable_activation_offloading", "runtime.activation_offloading");
-  take_bool(m, "compile", "runtime.compile");
-  take_bool(m, "optimizer_in_bwd", "runtime.optimizer_in_backward");
+  take(m, {{"batch_size", "micro_batch_size", Kind::Whole},
+           {"tokenizer.max_seq_len", "sequence_length", Kind::Whole},
+           {"gradient_accumulation_steps", "gradient_accumulation_steps", Kind::Whole},
+           {"enable_activation_checkpointing", "gradient_checkpointing", Kind::Flag},
+           {"enable_activation_offloading", "runtime.activation_offloading", Kind::Flag},
+           {"compile", "runtime.compile", Kind::Flag},
+           {"optimizer_in_bwd", "runtime.optimizer_in_backward", Kind::Flag}});
   // distributed recipes: custom_sharded_layers makes the named modules FSDP units of their own
   if (const json* v = m.get("custom_sharded_layers"); v && v->is_array() && !v->empty())
     m.set("parallelism.separate_embedding_units", true, "custom_sharded_layers");
   if (const json* v = m.get("dtype"); v && v->is_string())
     m.set("precision", v->get<std::string>() == "fp32" ? "fp32" : "bf16", "dtype");
-  take_int(m, "model.lora_rank", "lora.rank");
-  take_real(m, "model.lora_alpha", "lora.alpha");
-  take_real(m, "model.lora_dropout", "lora.dropout");
+  take(m, {{"model.lora_rank", "lora.rank", Kind::Whole},
+           {"model.lora_alpha", "lora.alpha", Kind::Real},
+           {"model.lora_dropout", "lora.dropout", Kind::Real}});
   if (const json* mods = m.get("model.lora_attn_modules"); mods && mods->is_array()) {
     json targets = json::array();
     for (const json& t : *mods)
@@ -329,9 +345,9 @@ void map_litgpt(Mapper& m) {
                        : s == "16-mixed" ? "amp_fp16" : "fp32";
     m.set("precision", ours, "precision");
   }
-  take_int(m, "lora_r", "lora.rank");
-  take_real(m, "lora_alpha", "lora.alpha");
-  take_real(m, "lora_dropout", "lora.dropout");
+  take(m, {{"lora_r", "lora.rank", Kind::Whole},
+           {"lora_alpha", "lora.alpha", Kind::Real},
+           {"lora_dropout", "lora.dropout", Kind::Real}});
   json targets = json::array();
   bool any_flag = false;
   static const std::pair<const char*, std::vector<const char*>> kFlags[] = {
@@ -344,8 +360,8 @@ void map_litgpt(Mapper& m) {
         for (const char* n : names) targets.push_back(n);
     }
   if (any_flag && !targets.empty()) m.set("lora.targets", targets, "lora_query");
-  take_int(m, "train.micro_batch_size", "micro_batch_size");
-  take_int(m, "train.max_seq_length", "sequence_length");
+  take(m, {{"train.micro_batch_size", "micro_batch_size", Kind::Whole},
+           {"train.max_seq_length", "sequence_length", Kind::Whole}});
   const json* global = m.get("train.global_batch_size");
   const json* micro = m.get("train.micro_batch_size");
   const long long devices = m.get("devices") ? whole(*m.get("devices")) : 1;
@@ -362,12 +378,12 @@ void map_training_args(Mapper& m) {
   const bool trl = m.get("max_length") || m.get("use_peft") || m.get("max_seq_length") || m.get("packing");
   m.set("runtime.framework", trl ? "trl" : "transformers", "(file format)");
   take_model(m, "model_name_or_path");
-  take_int(m, "per_device_train_batch_size", "micro_batch_size");
-  take_int(m, "gradient_accumulation_steps", "gradient_accumulation_steps");
-  take_int(m, "max_length", "sequence_length");
-  take_int(m, "max_seq_length", "sequence_length");
-  take_bool(m, "gradient_checkpointing", "gradient_checkpointing");
-  take_bool(m, "torch_compile", "runtime.compile");
+  take(m, {{"per_device_train_batch_size", "micro_batch_size", Kind::Whole},
+           {"gradient_accumulation_steps", "gradient_accumulation_steps", Kind::Whole},
+           {"max_length", "sequence_length", Kind::Whole},
+           {"max_seq_length", "sequence_length", Kind::Whole},
+           {"gradient_checkpointing", "gradient_checkpointing", Kind::Flag},
+           {"torch_compile", "runtime.compile", Kind::Flag}});
   take_hf_optim(m, "optim");
   const bool peft = m.get("use_peft") && truthy(*m.get("use_peft"));
   const bool k4 = m.get("load_in_4bit") && truthy(*m.get("load_in_4bit"));
@@ -379,9 +395,9 @@ void map_training_args(Mapper& m) {
     m.set("quantization", bnb_4bit(qt, nested && truthy(*nested)), "load_in_4bit");
   }
   if (k8) m.set("quantization", "int8", "load_in_8bit");
-  take_int(m, "lora_r", "lora.rank");
-  take_real(m, "lora_alpha", "lora.alpha");
-  take_real(m, "lora_dropout", "lora.dropout");
+  take(m, {{"lora_r", "lora.rank", Kind::Whole},
+           {"lora_alpha", "lora.alpha", Kind::Real},
+           {"lora_dropout", "lora.dropout", Kind::Real}});
   take_targets(m, "lora_target_modules");
   if (const json* v = m.get("attn_implementation"); v && v->is_string()) m.set("attention", v->get<std::string>(), "attn_implementation");
   // bf16/fp16 = autocast over the loaded weights; the load dtype is the framework's (or dtype=).
