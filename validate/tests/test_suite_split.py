@@ -22,6 +22,7 @@ def load(path):
 
 TUNING = load(make_suite.OUT)["cases"]
 CHECK = load(make_suite.CHECK_OUT)["cases"]
+HOLDOUT = load(make_suite.HOLDOUT_OUT)["cases"]
 
 
 def key(c):
@@ -34,6 +35,17 @@ def test_committed_files_are_the_generators_draw():
     assert [key(c) for c in CHECK] == [key(c) for c in check]
     expected = make_suite.fixed_cases() + make_suite.other_generators() + tuning + make_suite.pattern_cases()
     assert [key(c) for c in TUNING] == [key(c) for c in expected]
+
+
+def test_holdout_is_its_own_draw_disjoint_from_both_sets():
+    assert [key(c) for c in HOLDOUT] == [key(c) for c in make_suite.holdout_cases()]
+    assert len(HOLDOUT) == make_suite.HOLDOUT
+    names = {c["name"] for c in HOLDOUT}
+    assert len(names) == len(HOLDOUT) and all(n.startswith("holdout/") for n in names)
+    # a case identical to a tuning or check case (same request) would not be held out
+    def request(c):
+        return json.dumps({k: v for k, v in c.items() if k != "name"}, sort_keys=True)
+    assert not {request(c) for c in HOLDOUT} & {request(c) for c in TUNING + CHECK}
 
 
 def test_sets_are_disjoint_and_the_fixed_cases_stay_in_tuning():
