@@ -120,6 +120,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
                              (m.attention_dropout > 0 || (mla && m.head_dim != m.v_head_dim));
 
   u64 saved = 0;    // bytes per token
+  u64 int8_held = 0, int8_only = 0;  // per token: the slots LLM.int8 contexts hold (see slot), and those only they hold
   u64 hid = 0;      // the [T, h] part of `saved`
   u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
   auto keep = [&](u64 bytes) { saved = add(saved, bytes); };
@@ -138,13 +139,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     u64 extra = 0;
     bool shared = false;
     u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
+    bool ctx_held = false;  ///< an LLM.int8 Linear holds the shared tensor outside autograd's saving
+    bool ctx_only = false;  ///< ... and nothing else keeps it (a recomputation does not re-create it)
   };
+  // LLM.int8 (bitsandbytes 0.50.2 autograd/_functions.py) keeps each quantized Linear's input as
+  // an attribute of its autograd context, not through save_for_backward: MatMul8bitFp.forward
+  // (CPU/XPU training) `ctx.A = A`, MatMul8bitLt.forward (CUDA) `ctx.tensors = (CAt, subA, A)`.
+  // The input is kept whether or not the Linear has an adapter, and checkpointing's saved-tensor
+  // hooks never see it: it stays alive from the layer's first forward to the Linear's backward.
+  const bool int8_ctx = r.task == Task::Qlora && r.quantization == Quantization::Int8;
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
     SlotKeep k;
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
       bool reads = false;
       for (LinearInput in : inputs) reads = reads || l.input == in;
+      if (reads && int8_ctx && !l.routed) k.ctx_held = true;
       if (!reads || !t.saves_input[i]) continue;
       if (l.routed && g.moe) continue;  // fused experts: counted with the MoE block
       const u64 share = l.routed && g.experts > 0 ? g.experts_per_token : 1;  // routed tokens per token
@@ -177,7 +187,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
       }
     }
+    k.ctx_only = k.ctx_held && !k.shared;
+    k.shared = k.shared || k.ctx_held;
     return k;
+  };
+  auto held_by_ctx = [&](const SlotKeep& k, u64 bytes) {
+    if (k.ctx_held) int8_held = add(int8_held, bytes);
+    if (k.ctx_only) int8_only = add(int8_only, bytes);
   };
 
   // A norm keeps its input (RMSNorm: an fp32 copy when the input is half) and its statistics;
@@ -217,6 +233,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const SlotKeep attn_in = slot(m.parallel_block ? shared_readers : attn_readers, h, norm_out);
   keep_hidden(attn_in.extra);
   if (attn_in.shared) keep_hidden(mul(norm_out, h));
+  held_by_ctx(attn_in, mul(norm_out, h));
 
   const bool rotary = !m.learned_positions && !m.alibi;
   u64 q_bytes = mul(p, qw), k_bytes = mul(p, kw), v_bytes = mul(p, vw);
@@ -243,6 +260,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const SlotKeep latent_in = slot({LinearInput::Latent}, m.kv_lora_rank, p);
     keep(latent_in.extra);
     if (latent_in.shared) keep(mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
+    held_by_ctx(latent_in, mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
     // kv_b output (v is a view of it) for the flash-style kernels; eager attention and the SDPA
     // math path copy the strided v for their bmm, so nothing keeps it (measured, deepseek_v3-tiny)
     if (!cpu_sdpa_math && r.attention != AttentionImpl::Eager) keep(mul(p, a, add(m.qk_nope_head_dim, m.v_head_dim)));
@@ -380,6 +398,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
   keep(o_in.extra);
   if (o_in.shared && !out_is_kept) keep(mul(p, ow));
+  held_by_ctx(o_in, mul(p, ow));
   // Phi, Phi-3, StableLM and GPT-NeoX build the rotated q by concatenating the rotary and
   // pass-through parts (cat): q is contiguous [b, heads, s, d], the CPU flash kernel's output
   // follows that layout, and transpose(1, 2).contiguous() is a copy that o_proj keeps (measured,
@@ -404,6 +423,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const SlotKeep mlp_in = slot({LinearInput::MlpIn}, h, norm_out);
     keep_hidden(mlp_in.extra);
     if (mlp_in.shared) keep_hidden(mul(norm_out, h));
+    held_by_ctx(mlp_in, mul(norm_out, h));
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
@@ -471,6 +491,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       keep(mlp(g.shared_intermediate, 1));
       keep(down_in.extra);
       if (down_in.shared) keep(mul(p, g.shared_intermediate));
+      held_by_ctx(down_in, mul(p, g.shared_intermediate));
       if (m.family == "qwen2_moe") keep(add(mul(p, h), p));  // shared output and sigmoid gate
     }
   } else {
@@ -505,6 +526,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     keep(down_in.extra);
     const bool down_keeps_shared = down_in.shared && !(m.mlp == MlpKind::Plain && relu);
     if (down_keeps_shared) keep(mul(p, wi));
+    held_by_ctx(down_in, mul(p, wi));
     // down_proj running: its input (a transient when nothing keeps it: the gated product, or the
     // output of an activation that keeps its input, e.g. gelu_new's last mul, measured
     // gpt2/lora/bf16/gc/eager: the bf16 [T, 4h] mul output alive through c_proj's forward) and output
@@ -644,6 +666,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // (the first norm keeps the layer input itself unless RMSNorm upcasts a half input to a copy).
   const bool first_norm_keeps_input = m.norm != NormKind::RMSNorm || d.residual == 4;
   out.recomputed = sub_floor(out.saved, first_norm_keeps_input ? out.checkpoint_saved : 0);
+  // LLM.int8 contexts of the first forward hold their inputs past checkpointing (see slot); the
+  // recomputation's own contexts die with its graph, so the inputs only they hold are not re-created
+  out.checkpoint_ctx_held = mul(tokens, int8_held);
+  out.recomputed = sub_floor(out.recomputed, mul(tokens, int8_only));
   // No-grad forward (prefill), measured op by op (tracker, llama/gpt2/mixtral inference cases):
   // at the MLP of a layer past the first, [T, h] tensors alive are the model's inputs_embeds
   // (still referenced by the model's forward), the layer input, the post-attention residual and

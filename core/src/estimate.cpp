@@ -101,9 +101,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // frozen bottom layers: nothing below the first trained layer needs a gradient, so
       // autograd keeps nothing; their forward is a no-grad forward
       la.forward_transient = la.inference_transient;
-      la.saved = la.checkpoint_saved = la.recomputed = la.backward_transient = 0;
+      la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
     }
-    const u64 kept = mul(in_flight, gc ? la.checkpoint_saved : la.saved);
+    const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
     // this layer's share of the rank's gradients
     const u64 layer_t = add(div_ceil(s.groups[i].t_split, l.tp), s.groups[i].t_repl);
