@@ -427,6 +427,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
+  u64 mlp_recompute_point = 0;  // the same for a checkpointed layer's recomputation (see below)
   const u64 act_saves = activation_saves(m.activation);
   const bool relu = m.activation == "relu";
   // Per token through one MLP of width w: the activation's saved input(s), the tensors the
@@ -532,11 +533,31 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // gpt2/lora/bf16/gc/eager: the bf16 [T, 4h] mul output alive through c_proj's forward) and output
     const bool act_out_kept = m.mlp == MlpKind::Plain && relu;  // relu keeps its output
     const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
-    mlp_fwd_point = std::max(mlp_fwd_point, add(saved, add(unsaved_in, lin_out(LinearInput::MlpHidden, h))));
+    // With lora_dropout > 0 and an adapter dtype other than the model's, PEFT's LoRA forward
+    // (peft 0.21 tuners/lora/layer.py Linear.forward) holds the input cast to the adapter dtype
+    // in a local while lora_B runs: dropout keeps only its noise and lora_A the dropped copy, so
+    // the cast is a transient of its own (measured, peak dump of tuning case
+    // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy next to the bf16 product at
+    // the recomputed down_proj's lora_B mm)
+    const u64 dropout_cast = (lora_on(LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
+                                 ? mul(adapter_bytes, wi) : 0;
+    const u64 at_down = add(saved, add(unsaved_in, dropout_cast));
+    mlp_recompute_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
+    // Non-reentrant checkpointing stops the recomputation once the last saved tensor exists
+    // (torch/utils/checkpoint.py, early stopping on by default): with an adapter on down_proj that
+    // is lora_B's mm, before its `* scaling` copy (measured, same peak dump: the recomputation
+    // peaks at that mm with the base output and lora_B's output, no scaled copy), unless an op
+    // after it saves something: a residual dropout's mask (GPT-2, Phi, BioGPT), a post-MLP norm
+    if (lora_on(LinearInput::MlpHidden) && m.hidden_dropout <= 0 && !post_norms)
+      mlp_recompute_point = std::max(mlp_fwd_point, add(at_down, mul(h, add(p, adapter_bytes))));
+    mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
     // a local until the block returns: a [T, h] alive through the MLP that nothing saves
     // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
-    if (m.family == "gpt2" || m.family == "gpt_bigcode") mlp_fwd_point = add(mlp_fwd_point, mul(p, h));
+    if (m.family == "gpt2" || m.family == "gpt_bigcode") {
+      mlp_fwd_point = add(mlp_fwd_point, mul(p, h));
+      mlp_recompute_point = add(mlp_recompute_point, mul(p, h));
+    }
   }
   keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
   if (post_norms) keep_hidden(norm(false));
@@ -569,9 +590,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), mul(d.residual, h))));
     } else {
       // MoE: an expert intermediate per routed slot and the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
+      out.recompute_transient = out.forward_transient;
     }
   }
   // Backward transient: gradients flowing through the residual stream (in and out) plus the
@@ -640,7 +663,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       if (!l.routed) biggest = std::max(biggest, l.weight_params());
     const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
     const u64 deq = mul(load, biggest);
-    if (r.device == Device::Cuda) out.forward_transient = add(out.forward_transient, deq);
+    if (r.device == Device::Cuda) {
+      out.forward_transient = add(out.forward_transient, deq);
+      out.recompute_transient = add(out.recompute_transient, deq);
+    }
   }
   out.checkpoint_saved = mul(tokens, d.residual, h);
   // Non-reentrant checkpointing recomputes the layer when its backward first unpacks a saved

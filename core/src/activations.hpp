@@ -41,6 +41,8 @@ struct LayerActivations {
                                ///< their casts, dropout masks): replicated under tensor parallelism
                                ///< unless sequence parallelism shards it
   u64 forward_transient = 0;   ///< extra live at the worst moment of its forward (beyond `saved`)
+  u64 recompute_transient = 0; ///< the same for its recomputation under checkpointing, which stops
+                               ///< once the last saved tensor exists
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
   u64 checkpoint_saved = 0;    ///< kept per layer under full activation checkpointing (its input)
   u64 checkpoint_ctx_held = 0; ///< also kept under checkpointing: tensors held by autograd contexts
