@@ -120,6 +120,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
                              (m.attention_dropout > 0 || (mla && m.head_dim != m.v_head_dim));
 
   u64 saved = 0;    // bytes per token
+  const u64 moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
   u64 int8_held = 0, int8_only = 0;  // per token: the slots LLM.int8 contexts hold (see slot), and those only they hold
   u64 hid = 0;      // the [T, h] part of `saved`
   u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
@@ -241,10 +242,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // projection outputs: the fp32 input (the output itself in fp32), rstd, and for a trained
   // weight x_hat (measured, analyze_saved.py qwen3-tiny: [b,s,nh,d] fp32 + [b,s,nh,1] + bf16 x_hat).
   const bool per_head_qk_norm = m.family == "qwen3" || m.family == "qwen3_moe" || m.family == "gemma3_text";
-  if (!mla && (per_head_qk_norm || m.family == "olmo2")) {
+  // Llama 4's weight-free L2 norm (modeling_llama4.py Llama4TextL2Norm, x.float() * rsqrt(mean(x^2)))
+  // keeps the same fp32 input and per-head rsqrt, and no x_hat (measured, peak dump of
+  // llama4_text/lora/bf16/nogc/sdpa: fp32 [2, 64, 8, 16] and [2, 64, 8, 1] rsqrt per RoPE layer)
+  if (!mla && (per_head_qk_norm || m.family == "olmo2" || g.qk_l2_norm)) {
     keep(mul(4, add(qw, kw)));
-    keep(per_head_qk_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
-    if (full) keep(mul((p == 2 && !gemma_norm) ? 2 : 4, add(qw, kw)));
+    keep(per_head_qk_norm || g.qk_l2_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
+    if (full && !g.qk_l2_norm) keep(mul((p == 2 && !gemma_norm) ? 2 : 4, add(qw, kw)));
   }
   if (mla) {
     // q_a -> q_a_layernorm -> q_b; kv_a -> kv_a_layernorm -> kv_b; the rope parts recombined by
@@ -372,10 +376,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
       // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
       // each layer's SDPA, no model-level mask alive in backward).
-      const bool windowed_here = g.sliding_window > 0 && g.sliding_window < seq;
+      // Llama 4's chunked attention (attention_chunk_size shorter than the sequence) is a mask
+      // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
+      // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
+      // layer, full causal, keeps neither).
+      const bool windowed_here = (g.sliding_window > 0 && g.sliding_window < seq) ||
+                                 (g.attention_chunk > 0 && g.attention_chunk < seq);
       const bool layer_mask = (m.family == "falcon" && !m.alibi && m.causal) ||
                               (windowed_here && m.causal && r.device == Device::Cpu);
-      if (gqa && !mla && ((g.sliding_window > 0 && g.sliding_window < seq) || layer_mask || impl.kv_copied_to_heads)) {
+      if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
         k_bytes = mul(p, qw);
         v_bytes = mul(p, ow);
       }
@@ -461,7 +470,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
     const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
     keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
-    per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
+    if (!g.experts_on_every_token)
+      per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
     bool experts_trained = full;
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
@@ -485,8 +495,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
     // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
     const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : p;
-    const u64 per_slot = add(add(mul(3, 8), mul(p, wi, 3)), add(route_w, mul(p, h)));
-    keep(mul(k, add(per_slot, experts_trained ? add(mul(p, h), mul(p, wi)) : 0)));
+    // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
+    // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
+    // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
+    // above, and nothing keeps the down output (the slots are summed, sum keeps nothing); with
+    // trained experts bmm also keeps its inputs (the weighted input and act*up). Measured, peak
+    // dump of llama4_text/lora/fp32/gc/eager: [4, 128, 192] gate_up, [4, 128, 96] silu output and
+    // the [512, 128] repeat output of the recomputed MoE layer.
+    const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
+                                                  : add(add(mul(3, 8), mul(p, wi, 3)), add(route_w, mul(p, h)));
+    keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(p, h), mul(p, wi)) : 0)));
     if (g.shared_intermediate > 0) {
       // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
       keep(mlp(g.shared_intermediate, 1));
@@ -573,7 +591,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
   out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
-  const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
+  const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
   out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
@@ -613,7 +631,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
     // weighting mul's gradient of the down output (allocated by the autograd engine, no
     // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, g.experts_per_token, p, h))));
+    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, p, h))));
   }
   if (!g.moe) {
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)
@@ -687,7 +705,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // MoE: the weighted sum over the k routed slots, (down_out * routing_weight).sum(dim=1), has
   // no saved tensor: its backward (SumBackward's expand, made contiguous for MulBackward) runs
   // before the first unpack and its [T, k, h] gradient lives through the recomputation.
-  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, g.experts_per_token, p, h));
+  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, moe_slots, p, h));
   // Recomputed under checkpointing: everything `saved` except what aliases the checkpointed input
   // (the first norm keeps the layer input itself unless RMSNorm upcasts a half input to a copy).
   const bool first_norm_keeps_input = m.norm != NormKind::RMSNorm || d.residual == 4;
@@ -707,7 +725,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const u64 hidden_live = mul(m.family == "gpt2" || m.family == "gpt_bigcode" ? 5 : 4, d.residual, h);
   u64 mlp_live = 0;
   if (g.moe) {
-    mlp_live = mul(g.experts_per_token, p, add(h, mul(4, g.mlp_intermediate)));
+    mlp_live = mul(moe_slots, p, add(h, mul(4, g.mlp_intermediate)));
   } else if (m.mlp == MlpKind::Gated) {
     mlp_live = mul(3, p, g.mlp_intermediate);
   } else {
@@ -807,7 +825,8 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   const u64 rope_elem = module_impl(r).rope_cache_fp32 ? 4 : mul(2, d.compute);  // per (position, rotary dim)
   if (rotary) bytes = add(bytes, mul(seq, rope_elem, m.attention == AttentionKind::MultiLatent ? m.qk_rope_head_dim : m.head_dim));
   bool windowed = false;  // a sliding window shorter than the sequence: SDPA gets an explicit mask
-  for (const LayerGroup& g : m.groups) windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq);
+  for (const LayerGroup& g : m.groups)
+    windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq) || (g.attention_chunk > 0 && g.attention_chunk < seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
   if ((r.attention == AttentionImpl::Eager ||
        (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu)) && m.causal)

@@ -70,9 +70,12 @@ struct LayerGroup {
   u64 experts = 0;          ///< routed experts (MoE layers)
   u64 experts_per_token = 0;
   u64 shared_intermediate = 0;  ///< total width of the always-on shared expert(s), 0 if none
+  bool experts_on_every_token = false;  ///< every expert runs on every token, its input weighted by the
+                                        ///< router's scores (Llama4TextMoe); else the routed slots only
   u64 sliding_window = 0;   ///< 0 = full causal attention; else tokens attended in this layer
   u64 attention_chunk = 0;  ///< chunked attention: tokens per chunk (Llama 4); 0 otherwise
   bool rope = true;         ///< false for NoPE layers (no rotary embedding: SmolLM3, Llama 4 global layers)
+  bool qk_l2_norm = false;  ///< q and k L2-normalised per head in fp32, without a weight (Llama 4 RoPE layers)
   bool frozen = false;      ///< full fine-tuning with these (bottom) layers frozen: no gradients,
                             ///< and nothing below the first trained layer is saved for backward
 
