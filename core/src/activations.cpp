@@ -282,8 +282,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
   // analyze_saved.py gpt_bigcode-tiny --precision bf16 --attention eager: an fp32 (2,4,64,64)
   // softmax output).
+  // gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
+  // softmax(dtype=combined_logits.dtype) in the model dtype.
   const bool fp32_softmax = m.family != "gpt2" && m.family != "biogpt" &&
-                            m.family != "bert" && m.family != "falcon";
+                            m.family != "bert" && m.family != "falcon" && !m.attention_sinks;
   switch (r.attention) {
     case AttentionImpl::Eager: {
       // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
@@ -298,6 +300,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
       // falcon-tiny, GQA with a fused query_key_value)
       u64 probs = fp32_softmax ? (p == 4 ? 4 : 6) : p;
+      // Attention sinks: the logits get one more column (cat with the sinks) and are shifted by
+      // their row max, which keeps its int64 indices: the softmax output is [b, nh, s, s + 1]
+      // (measured, analyze_saved.py gpt_oss-tiny --lora --attention eager: (2,8,64,65) and an
+      // int64 (2,8,64,1) per layer)
+      if (m.attention_sinks) keep(mul(a, add(probs, 8)));
       if (m.attn_logit_softcapping) probs = add(probs, p);  // tanh(scores / cap) keeps its output
       // dropout keeps its mask and the PV matmul its output; after an fp32 softmax the half copy
       // is dropout's input, which nothing keeps (measured, gpt_bigcode-tiny bf16 eager: fp32
@@ -502,8 +509,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // trained experts bmm also keeps its inputs (the weighted input and act*up). Measured, peak
     // dump of llama4_text/lora/fp32/gc/eager: [4, 128, 192] gate_up, [4, 128, 96] silu output and
     // the [512, 128] repeat output of the recomputed MoE layer.
+    // gpt-oss's gate (modeling_gpt_oss.py GptOssExperts._apply_gate) keeps the clamped gate,
+    // sigmoid(alpha * gate), up + 1 and glu: four [slots, i] tensors where act(gate) * up keeps
+    // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
+    const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
     const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
-                                                  : add(add(mul(3, 8), mul(p, wi, 3)), add(route_w, mul(p, h)));
+                                                  : add(add(mul(3, 8), mul(p, wi, add(2, gate_saves))), add(route_w, mul(p, h)));
     keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(p, h), mul(p, wi)) : 0)));
     if (g.shared_intermediate > 0) {
       // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid

@@ -915,6 +915,7 @@ void build_gpt_oss(Builder& b) {
   ModelSpec& m = b.m;
   const ConfigReader& r = b.r;
   m.family = "gpt_oss";
+  m.attention_sinks = true;
   const u64 h = read_gqa_dims(b);
   const u64 experts = r.size({"num_local_experts"});
   const u64 topk = r.size({"num_experts_per_tok", "experts_per_token"});
@@ -940,6 +941,7 @@ void build_gpt_oss(Builder& b) {
     g.experts = experts;
     g.experts_per_token = topk;
     g.mlp_intermediate = inter;
+    g.clamped_glu_experts = true;  // GptOssExperts._apply_gate
     g.sliding_window = window.at(idx);
     add_attention(g.linears, h, m.heads, m.kv_heads, m.head_dim, bias, bias);
     Linear router = rep("router", h, experts, true, LinearInput::MlpIn);
