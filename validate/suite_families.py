@@ -46,7 +46,6 @@ def case(fam, task, precision, gc, attention):
 # activations.cpp models them. `--all` writes them too.
 KNOWN_GAPS = {
     "llama4_text/lora/fp32/gc/eager",    # -2.5 %
-    "gpt_oss/lora/fp32/gc/eager",        # -6.2 %
 }
 
 

@@ -621,8 +621,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
       out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), mul(d.residual, h))));
     } else {
-      // MoE: an expert intermediate per routed slot and the layer output next to its input
-      out.forward_transient = std::max(attn_point, mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
+      // MoE: an expert intermediate per routed slot and the layer output next to its input.
+      // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
+      // and down_proj_bias[expert_ids] [S, h], into locals of grouped_mm_experts_forward
+      // (transformers integrations/moe.py) that live until it returns (measured, peak dump of
+      // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
+      u64 gathered_bias = 0;
+      for (const Linear& l : g.linears)
+        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, p, l.out));
+      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(p, width_i), gathered_bias), mul(2, d.residual, h))));
       out.recompute_transient = out.forward_transient;
     }
   }
