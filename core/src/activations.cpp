@@ -631,6 +631,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, p, l.out));
       out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(p, width_i), gathered_bias), mul(2, d.residual, h))));
       out.recompute_transient = out.forward_transient;
+      // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
+      // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
+      // which is where the recomputation stops (its down_proj's last saving op); by then the
+      // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
+      // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
+      if (g.experts_on_every_token)
+        out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
     }
   }
   // Backward transient: gradients flowing through the residual stream (in and out) plus the
