@@ -41,17 +41,10 @@ def case(fam, task, precision, gc, attention):
     return c
 
 
-# Measured outside 2 % (2026-11-24, transformers 5.23 / peft 0.21 on CPU): the MoE activations of
-# these families differ from the grouped_mm expert path the estimator models (gpt-oss loops over
-# experts in training; Llama 4 runs every expert on every token, masked by the router scores), so
-# they stay out of the gated suite until activations.cpp models those paths. `--all` writes them too.
-KNOWN_GAPS = {
-    "llama4_text/full/fp32/nogc/sdpa",   # -3.9 %
-    "llama4_text/lora/bf16/nogc/sdpa",   # -12.1 %
-    "llama4_text/lora/fp32/gc/eager",    # -16.3 %
-    "gpt_oss/lora/bf16/nogc/eager",      # +2.5 %
-    "gpt_oss/lora/fp32/gc/eager",        # -13.3 %
-}
+# Cases measured outside 2 % stay out of the gated suite until activations.cpp models them
+# (`--all` writes them too). None today: the gpt-oss and Llama 4 cases of this file are within 2 %
+# (record data/measurements/cpu-suite-families.jsonl, CTest validate_replay_families).
+KNOWN_GAPS = set()
 
 
 def cases(include_gaps=False):

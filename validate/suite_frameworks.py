@@ -40,6 +40,11 @@ def qlora_cases():
         out.append(qlora("llama", f"llama/qlora-nf4/bf16/{'gc' if gc else 'nogc'}/sdpa/no-prepare-kbit",
                          gradient_checkpointing=gc, runtime={"prepare_kbit": False}))
     out.append(qlora("llama", "llama/qlora-nf4/bf16/nogc/sdpa/adamw_8bit", optimizer="adamw_8bit"))
+    # LLM.int8 (load_in_8bit) with and without checkpointing
+    for gc in (False, True):
+        out.append(qlora("llama", f"llama/qlora-int8/bf16/{'gc' if gc else 'nogc'}/sdpa", "int8",
+                         gradient_checkpointing=gc))
+    out.append(qlora("llama", "llama/qlora-int8/fp32/gc/sdpa", "int8", precision="fp32", gradient_checkpointing=True))
     for fam in ("qwen3", "gpt2", "phi3", "mixtral"):
         for gc in (False, True):
             out.append(qlora(fam, f"{fam}/qlora-nf4_double/bf16/{'gc' if gc else 'nogc'}/eager",
@@ -55,6 +60,17 @@ def optimizer_cases():
                         optimizer=opt))
         out.append(case("llama", f"llama/lora/bf16/nogc/sdpa/{opt}", task="lora", precision="bf16",
                         lora=dict(LORA), optimizer=opt))
+    return out
+
+
+def lora_dropout_cases():
+    """LoRA with lora_dropout > 0 under gradient checkpointing (PEFT: lora_A(dropout(x)); the
+    recomputed layer's dropouts draw new noise). Without checkpointing: cpu-lora-dropout.jsonl."""
+    out = []
+    for fam, prec, attn in (("llama", "bf16", "sdpa"), ("llama", "fp32", "eager"), ("gpt2", "fp32", "eager")):
+        out.append(case(fam, f"{fam}/lora/{prec}/gc/{attn}/dropout0.1", task="lora", precision=prec,
+                        gradient_checkpointing=True, attention=attn,
+                        lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.1}))
     return out
 
 
@@ -90,7 +106,7 @@ def framework_cases():
 
 
 def cases():
-    return qlora_cases() + optimizer_cases() + framework_cases()
+    return qlora_cases() + optimizer_cases() + lora_dropout_cases() + framework_cases()
 
 
 def main():

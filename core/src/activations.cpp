@@ -120,6 +120,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
                              (m.attention_dropout > 0 || (mla && m.head_dim != m.v_head_dim));
 
   u64 saved = 0;    // bytes per token
+  const u64 moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
+  u64 int8_held = 0, int8_only = 0;  // per token: the slots LLM.int8 contexts hold (see slot), and those only they hold
   u64 hid = 0;      // the [T, h] part of `saved`
   u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
   auto keep = [&](u64 bytes) { saved = add(saved, bytes); };
@@ -138,13 +140,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     u64 extra = 0;
     bool shared = false;
     u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
+    bool ctx_held = false;  ///< an LLM.int8 Linear holds the shared tensor outside autograd's saving
+    bool ctx_only = false;  ///< ... and nothing else keeps it (a recomputation does not re-create it)
   };
+  // LLM.int8 (bitsandbytes 0.50.2 autograd/_functions.py) keeps each quantized Linear's input as
+  // an attribute of its autograd context, not through save_for_backward: MatMul8bitFp.forward
+  // (CPU/XPU training) `ctx.A = A`, MatMul8bitLt.forward (CUDA) `ctx.tensors = (CAt, subA, A)`.
+  // The input is kept whether or not the Linear has an adapter, and checkpointing's saved-tensor
+  // hooks never see it: it stays alive from the layer's first forward to the Linear's backward.
+  const bool int8_ctx = r.task == Task::Qlora && r.quantization == Quantization::Int8;
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
     SlotKeep k;
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
       bool reads = false;
       for (LinearInput in : inputs) reads = reads || l.input == in;
+      if (reads && int8_ctx && !l.routed) k.ctx_held = true;
       if (!reads || !t.saves_input[i]) continue;
       if (l.routed && g.moe) continue;  // fused experts: counted with the MoE block
       const u64 share = l.routed && g.experts > 0 ? g.experts_per_token : 1;  // routed tokens per token
@@ -177,7 +188,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
       }
     }
+    k.ctx_only = k.ctx_held && !k.shared;
+    k.shared = k.shared || k.ctx_held;
     return k;
+  };
+  auto held_by_ctx = [&](const SlotKeep& k, u64 bytes) {
+    if (k.ctx_held) int8_held = add(int8_held, bytes);
+    if (k.ctx_only) int8_only = add(int8_only, bytes);
   };
 
   // A norm keeps its input (RMSNorm: an fp32 copy when the input is half) and its statistics;
@@ -217,6 +234,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const SlotKeep attn_in = slot(m.parallel_block ? shared_readers : attn_readers, h, norm_out);
   keep_hidden(attn_in.extra);
   if (attn_in.shared) keep_hidden(mul(norm_out, h));
+  held_by_ctx(attn_in, mul(norm_out, h));
 
   const bool rotary = !m.learned_positions && !m.alibi;
   u64 q_bytes = mul(p, qw), k_bytes = mul(p, kw), v_bytes = mul(p, vw);
@@ -224,10 +242,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // projection outputs: the fp32 input (the output itself in fp32), rstd, and for a trained
   // weight x_hat (measured, analyze_saved.py qwen3-tiny: [b,s,nh,d] fp32 + [b,s,nh,1] + bf16 x_hat).
   const bool per_head_qk_norm = m.family == "qwen3" || m.family == "qwen3_moe" || m.family == "gemma3_text";
-  if (!mla && (per_head_qk_norm || m.family == "olmo2")) {
+  // Llama 4's weight-free L2 norm (modeling_llama4.py Llama4TextL2Norm, x.float() * rsqrt(mean(x^2)))
+  // keeps the same fp32 input and per-head rsqrt, and no x_hat (measured, peak dump of
+  // llama4_text/lora/bf16/nogc/sdpa: fp32 [2, 64, 8, 16] and [2, 64, 8, 1] rsqrt per RoPE layer)
+  if (!mla && (per_head_qk_norm || m.family == "olmo2" || g.qk_l2_norm)) {
     keep(mul(4, add(qw, kw)));
-    keep(per_head_qk_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
-    if (full) keep(mul((p == 2 && !gemma_norm) ? 2 : 4, add(qw, kw)));
+    keep(per_head_qk_norm || g.qk_l2_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
+    if (full && !g.qk_l2_norm) keep(mul((p == 2 && !gemma_norm) ? 2 : 4, add(qw, kw)));
   }
   if (mla) {
     // q_a -> q_a_layernorm -> q_b; kv_a -> kv_a_layernorm -> kv_b; the rope parts recombined by
@@ -243,6 +264,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const SlotKeep latent_in = slot({LinearInput::Latent}, m.kv_lora_rank, p);
     keep(latent_in.extra);
     if (latent_in.shared) keep(mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
+    held_by_ctx(latent_in, mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
     // kv_b output (v is a view of it) for the flash-style kernels; eager attention and the SDPA
     // math path copy the strided v for their bmm, so nothing keeps it (measured, deepseek_v3-tiny)
     if (!cpu_sdpa_math && r.attention != AttentionImpl::Eager) keep(mul(p, a, add(m.qk_nope_head_dim, m.v_head_dim)));
@@ -260,8 +282,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
   // analyze_saved.py gpt_bigcode-tiny --precision bf16 --attention eager: an fp32 (2,4,64,64)
   // softmax output).
+  // gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
+  // softmax(dtype=combined_logits.dtype) in the model dtype.
   const bool fp32_softmax = m.family != "gpt2" && m.family != "biogpt" &&
-                            m.family != "bert" && m.family != "falcon";
+                            m.family != "bert" && m.family != "falcon" && !m.attention_sinks;
   switch (r.attention) {
     case AttentionImpl::Eager: {
       // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
@@ -276,6 +300,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
       // falcon-tiny, GQA with a fused query_key_value)
       u64 probs = fp32_softmax ? (p == 4 ? 4 : 6) : p;
+      // Attention sinks: the logits get one more column (cat with the sinks) and are shifted by
+      // their row max, which keeps its int64 indices: the softmax output is [b, nh, s, s + 1]
+      // (measured, analyze_saved.py gpt_oss-tiny --lora --attention eager: (2,8,64,65) and an
+      // int64 (2,8,64,1) per layer)
+      if (m.attention_sinks) keep(mul(a, add(probs, 8)));
       if (m.attn_logit_softcapping) probs = add(probs, p);  // tanh(scores / cap) keeps its output
       // dropout keeps its mask and the PV matmul its output; after an fp32 softmax the half copy
       // is dropout's input, which nothing keeps (measured, gpt_bigcode-tiny bf16 eager: fp32
@@ -354,10 +383,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
       // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
       // each layer's SDPA, no model-level mask alive in backward).
-      const bool windowed_here = g.sliding_window > 0 && g.sliding_window < seq;
+      // Llama 4's chunked attention (attention_chunk_size shorter than the sequence) is a mask
+      // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
+      // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
+      // layer, full causal, keeps neither).
+      const bool windowed_here = (g.sliding_window > 0 && g.sliding_window < seq) ||
+                                 (g.attention_chunk > 0 && g.attention_chunk < seq);
       const bool layer_mask = (m.family == "falcon" && !m.alibi && m.causal) ||
                               (windowed_here && m.causal && r.device == Device::Cpu);
-      if (gqa && !mla && ((g.sliding_window > 0 && g.sliding_window < seq) || layer_mask || impl.kv_copied_to_heads)) {
+      if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
         k_bytes = mul(p, qw);
         v_bytes = mul(p, ow);
       }
@@ -380,6 +414,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
   keep(o_in.extra);
   if (o_in.shared && !out_is_kept) keep(mul(p, ow));
+  held_by_ctx(o_in, mul(p, ow));
   // Phi, Phi-3, StableLM and GPT-NeoX build the rotated q by concatenating the rotary and
   // pass-through parts (cat): q is contiguous [b, heads, s, d], the CPU flash kernel's output
   // follows that layout, and transpose(1, 2).contiguous() is a copy that o_proj keeps (measured,
@@ -404,9 +439,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const SlotKeep mlp_in = slot({LinearInput::MlpIn}, h, norm_out);
     keep_hidden(mlp_in.extra);
     if (mlp_in.shared) keep_hidden(mul(norm_out, h));
+    held_by_ctx(mlp_in, mul(norm_out, h));
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
+  u64 mlp_recompute_point = 0;  // the same for a checkpointed layer's recomputation (see below)
   const u64 act_saves = activation_saves(m.activation);
   const bool relu = m.activation == "relu";
   // Per token through one MLP of width w: the activation's saved input(s), the tensors the
@@ -440,7 +477,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
     const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
     keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
-    per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
+    if (!g.experts_on_every_token)
+      per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
     bool experts_trained = full;
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
@@ -464,13 +502,26 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
     // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
     const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : p;
-    const u64 per_slot = add(add(mul(3, 8), mul(p, wi, 3)), add(route_w, mul(p, h)));
-    keep(mul(k, add(per_slot, experts_trained ? add(mul(p, h), mul(p, wi)) : 0)));
+    // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
+    // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
+    // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
+    // above, and nothing keeps the down output (the slots are summed, sum keeps nothing); with
+    // trained experts bmm also keeps its inputs (the weighted input and act*up). Measured, peak
+    // dump of llama4_text/lora/fp32/gc/eager: [4, 128, 192] gate_up, [4, 128, 96] silu output and
+    // the [512, 128] repeat output of the recomputed MoE layer.
+    // gpt-oss's gate (modeling_gpt_oss.py GptOssExperts._apply_gate) keeps the clamped gate,
+    // sigmoid(alpha * gate), up + 1 and glu: four [slots, i] tensors where act(gate) * up keeps
+    // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
+    const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
+    const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
+                                                  : add(add(mul(3, 8), mul(p, wi, add(2, gate_saves))), add(route_w, mul(p, h)));
+    keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(p, h), mul(p, wi)) : 0)));
     if (g.shared_intermediate > 0) {
       // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
       keep(mlp(g.shared_intermediate, 1));
       keep(down_in.extra);
       if (down_in.shared) keep(mul(p, g.shared_intermediate));
+      held_by_ctx(down_in, mul(p, g.shared_intermediate));
       if (m.family == "qwen2_moe") keep(add(mul(p, h), p));  // shared output and sigmoid gate
     }
   } else {
@@ -505,16 +556,37 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     keep(down_in.extra);
     const bool down_keeps_shared = down_in.shared && !(m.mlp == MlpKind::Plain && relu);
     if (down_keeps_shared) keep(mul(p, wi));
+    held_by_ctx(down_in, mul(p, wi));
     // down_proj running: its input (a transient when nothing keeps it: the gated product, or the
     // output of an activation that keeps its input, e.g. gelu_new's last mul, measured
     // gpt2/lora/bf16/gc/eager: the bf16 [T, 4h] mul output alive through c_proj's forward) and output
     const bool act_out_kept = m.mlp == MlpKind::Plain && relu;  // relu keeps its output
     const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
-    mlp_fwd_point = std::max(mlp_fwd_point, add(saved, add(unsaved_in, lin_out(LinearInput::MlpHidden, h))));
+    // With lora_dropout > 0 and an adapter dtype other than the model's, PEFT's LoRA forward
+    // (peft 0.21 tuners/lora/layer.py Linear.forward) holds the input cast to the adapter dtype
+    // in a local while lora_B runs: dropout keeps only its noise and lora_A the dropped copy, so
+    // the cast is a transient of its own (measured, peak dump of tuning case
+    // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy next to the bf16 product at
+    // the recomputed down_proj's lora_B mm)
+    const u64 dropout_cast = (lora_on(LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
+                                 ? mul(adapter_bytes, wi) : 0;
+    const u64 at_down = add(saved, add(unsaved_in, dropout_cast));
+    mlp_recompute_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
+    // Non-reentrant checkpointing stops the recomputation once the last saved tensor exists
+    // (torch/utils/checkpoint.py, early stopping on by default): with an adapter on down_proj that
+    // is lora_B's mm, before its `* scaling` copy (measured, same peak dump: the recomputation
+    // peaks at that mm with the base output and lora_B's output, no scaled copy), unless an op
+    // after it saves something: a residual dropout's mask (GPT-2, Phi, BioGPT), a post-MLP norm
+    if (lora_on(LinearInput::MlpHidden) && m.hidden_dropout <= 0 && !post_norms)
+      mlp_recompute_point = std::max(mlp_fwd_point, add(at_down, mul(h, add(p, adapter_bytes))));
+    mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
     // a local until the block returns: a [T, h] alive through the MLP that nothing saves
     // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
-    if (m.family == "gpt2" || m.family == "gpt_bigcode") mlp_fwd_point = add(mlp_fwd_point, mul(p, h));
+    if (m.family == "gpt2" || m.family == "gpt_bigcode") {
+      mlp_fwd_point = add(mlp_fwd_point, mul(p, h));
+      mlp_recompute_point = add(mlp_recompute_point, mul(p, h));
+    }
   }
   keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
   if (post_norms) keep_hidden(norm(false));
@@ -530,7 +602,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
   out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
-  const u64 width_i = g.moe ? mul(g.experts_per_token, g.mlp_intermediate) : g.mlp_intermediate;
+  const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
   out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
@@ -547,9 +619,25 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), mul(d.residual, h))));
     } else {
-      // MoE: an expert intermediate per routed slot and the layer output next to its input
-      out.forward_transient = std::max(attn_point, mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
+      // MoE: an expert intermediate per routed slot and the layer output next to its input.
+      // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
+      // and down_proj_bias[expert_ids] [S, h], into locals of grouped_mm_experts_forward
+      // (transformers integrations/moe.py) that live until it returns (measured, peak dump of
+      // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
+      u64 gathered_bias = 0;
+      for (const Linear& l : g.linears)
+        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, p, l.out));
+      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(p, width_i), gathered_bias), mul(2, d.residual, h))));
+      out.recompute_transient = out.forward_transient;
+      // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
+      // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
+      // which is where the recomputation stops (its down_proj's last saving op); by then the
+      // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
+      // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
+      if (g.experts_on_every_token)
+        out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
     }
   }
   // Backward transient: gradients flowing through the residual stream (in and out) plus the
@@ -568,7 +656,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
     // weighting mul's gradient of the down output (allocated by the autograd engine, no
     // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, g.experts_per_token, p, h))));
+    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, p, h))));
   }
   if (!g.moe) {
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)
@@ -618,7 +706,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       if (!l.routed) biggest = std::max(biggest, l.weight_params());
     const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
     const u64 deq = mul(load, biggest);
-    if (r.device == Device::Cuda) out.forward_transient = add(out.forward_transient, deq);
+    if (r.device == Device::Cuda) {
+      out.forward_transient = add(out.forward_transient, deq);
+      out.recompute_transient = add(out.recompute_transient, deq);
+    }
   }
   out.checkpoint_saved = mul(tokens, d.residual, h);
   // Non-reentrant checkpointing recomputes the layer when its backward first unpacks a saved
@@ -639,11 +730,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // MoE: the weighted sum over the k routed slots, (down_out * routing_weight).sum(dim=1), has
   // no saved tensor: its backward (SumBackward's expand, made contiguous for MulBackward) runs
   // before the first unpack and its [T, k, h] gradient lives through the recomputation.
-  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, g.experts_per_token, p, h));
+  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, moe_slots, p, h));
   // Recomputed under checkpointing: everything `saved` except what aliases the checkpointed input
   // (the first norm keeps the layer input itself unless RMSNorm upcasts a half input to a copy).
   const bool first_norm_keeps_input = m.norm != NormKind::RMSNorm || d.residual == 4;
   out.recomputed = sub_floor(out.saved, first_norm_keeps_input ? out.checkpoint_saved : 0);
+  // LLM.int8 contexts of the first forward hold their inputs past checkpointing (see slot); the
+  // recomputation's own contexts die with its graph, so the inputs only they hold are not re-created
+  out.checkpoint_ctx_held = mul(tokens, int8_held);
+  out.recomputed = sub_floor(out.recomputed, mul(tokens, int8_only));
   // No-grad forward (prefill), measured op by op (tracker, llama/gpt2/mixtral inference cases):
   // at the MLP of a layer past the first, [T, h] tensors alive are the model's inputs_embeds
   // (still referenced by the model's forward), the layer input, the post-attention residual and
@@ -655,7 +750,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const u64 hidden_live = mul(m.family == "gpt2" || m.family == "gpt_bigcode" ? 5 : 4, d.residual, h);
   u64 mlp_live = 0;
   if (g.moe) {
-    mlp_live = mul(g.experts_per_token, p, add(h, mul(4, g.mlp_intermediate)));
+    mlp_live = mul(moe_slots, p, add(h, mul(4, g.mlp_intermediate)));
   } else if (m.mlp == MlpKind::Gated) {
     mlp_live = mul(3, p, g.mlp_intermediate);
   } else {
@@ -755,7 +850,8 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   const u64 rope_elem = module_impl(r).rope_cache_fp32 ? 4 : mul(2, d.compute);  // per (position, rotary dim)
   if (rotary) bytes = add(bytes, mul(seq, rope_elem, m.attention == AttentionKind::MultiLatent ? m.qk_rope_head_dim : m.head_dim));
   bool windowed = false;  // a sliding window shorter than the sequence: SDPA gets an explicit mask
-  for (const LayerGroup& g : m.groups) windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq);
+  for (const LayerGroup& g : m.groups)
+    windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq) || (g.attention_chunk > 0 && g.attention_chunk < seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
   if ((r.attention == AttentionImpl::Eager ||
        (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu)) && m.causal)

@@ -100,10 +100,10 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     if (m.groups[i].frozen) {
       // frozen bottom layers: nothing below the first trained layer needs a gradient, so
       // autograd keeps nothing; their forward is a no-grad forward
-      la.forward_transient = la.inference_transient;
-      la.saved = la.checkpoint_saved = la.recomputed = la.backward_transient = 0;
+      la.forward_transient = la.recompute_transient = la.inference_transient;
+      la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
     }
-    const u64 kept = mul(in_flight, gc ? la.checkpoint_saved : la.saved);
+    const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
     // this layer's share of the rank's gradients
     const u64 layer_t = add(div_ceil(s.groups[i].t_split, l.tp), s.groups[i].t_repl);
@@ -133,7 +133,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     u64 largest = 0;
     for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
     const u64 new_grads = std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t)));
-    runs.push_back({count, kept, la.recomputed, la.backward_transient, grad, casts, la.forward_transient,
+    runs.push_back({count, kept, la.recomputed, la.backward_transient, grad, casts, la.recompute_transient,
                     la.checkpoint_saved, la.recompute_held, down_grad, new_grads});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's

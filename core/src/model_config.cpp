@@ -886,6 +886,7 @@ void build_gpt_oss(Builder& b) {
   ModelSpec& m = b.m;
   const ConfigReader& r = b.r;
   m.family = "gpt_oss";
+  m.attention_sinks = true;
   const u64 h = read_gqa_dims(b);
   const u64 experts = r.size({"num_local_experts"});
   const u64 topk = r.size({"num_experts_per_tok", "experts_per_token"});
@@ -911,6 +912,7 @@ void build_gpt_oss(Builder& b) {
     g.experts = experts;
     g.experts_per_token = topk;
     g.mlp_intermediate = inter;
+    g.clamped_glu_experts = true;  // GptOssExperts._apply_gate
     g.sliding_window = window.at(idx);
     add_attention(g.linears, h, m.heads, m.kv_heads, m.head_dim, bias, bias);
     Linear router = rep("router", h, experts, true, LinearInput::MlpIn);
@@ -964,6 +966,8 @@ void build_llama4_text(Builder& b) {
     g.count = 1;
     g.rope = rope[idx];
     g.attention_chunk = g.rope ? chunk : 0;
+    // Llama4TextAttention has qk_norm (Llama4TextL2Norm) when config.use_qk_norm and the layer uses RoPE
+    g.qk_l2_norm = g.rope && r.flag_or({"use_qk_norm"}, true);
     add_attention(g.linears, h, m.heads, m.kv_heads, m.head_dim, bias, bias);
     g.other_params = mul(2, h);
     if (moe_layers.count(idx) != 0) {
@@ -972,6 +976,9 @@ void build_llama4_text(Builder& b) {
       g.experts_per_token = topk;
       g.mlp_intermediate = inter;
       g.shared_intermediate = inter;
+      // Llama4TextMoe.forward: routed_in = hidden_states.repeat(E, 1) * scores (zero off the
+      // top-k), then Llama4TextExperts bmm's every expert over every token
+      g.experts_on_every_token = true;
       g.linears.push_back(rep("router", h, experts, false, LinearInput::MlpIn));  // Llama4Router is an nn.Linear
       Linear gate_up = col("experts.gate_up_proj", h, mul(2, inter), false, LinearInput::MlpIn);
       Linear down = row("experts.down_proj", inter, h, false, LinearInput::MlpHidden);

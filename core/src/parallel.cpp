@@ -297,6 +297,7 @@ LayerActivations shard_layer(const LayerActivations& a, const Layout& l) {
     out.saved_hidden = hidden;
     out.recomputed = sub_floor(out.saved, sub_floor(a.saved, a.recomputed));
     out.forward_transient = div_ceil(a.forward_transient, l.tp);
+    out.recompute_transient = div_ceil(a.recompute_transient, l.tp);
     out.backward_transient = div_ceil(a.backward_transient, l.tp);
     out.inference_transient = div_ceil(a.inference_transient, l.tp);
     out.mlp_saved = div_ceil(a.mlp_saved, l.tp);

@@ -70,9 +70,13 @@ struct LayerGroup {
   u64 experts = 0;          ///< routed experts (MoE layers)
   u64 experts_per_token = 0;
   u64 shared_intermediate = 0;  ///< total width of the always-on shared expert(s), 0 if none
+  bool experts_on_every_token = false;  ///< every expert runs on every token, its input weighted by the
+                                        ///< router's scores (Llama4TextMoe); else the routed slots only
   u64 sliding_window = 0;   ///< 0 = full causal attention; else tokens attended in this layer
   u64 attention_chunk = 0;  ///< chunked attention: tokens per chunk (Llama 4); 0 otherwise
   bool rope = true;         ///< false for NoPE layers (no rotary embedding: SmolLM3, Llama 4 global layers)
+  bool qk_l2_norm = false;  ///< q and k L2-normalised per head in fp32, without a weight (Llama 4 RoPE layers)
+  bool clamped_glu_experts = false;  ///< experts gate with clamp, x * sigmoid(alpha x) and (up + 1) (gpt-oss)
   bool frozen = false;      ///< full fine-tuning with these (bottom) layers frozen: no gradients,
                             ///< and nothing below the first trained layer is saved for backward
 
@@ -119,6 +123,7 @@ struct ModelSpec {
   MlpKind mlp = MlpKind::Gated;
   std::string activation = "silu";
   bool parallel_block = false;  ///< attention and MLP read the same normed input (GPT-J, CodeGen, Phi, Falcon-7B)
+  bool attention_sinks = false; ///< one learned sink logit per head joins the softmax (gpt-oss)
   bool parallel_two_norms = false;  ///< attention and MLP read the same residual through two norms (NeoX, Falcon-40B)
   bool fused_qkv = false;       ///< one Linear produces q, k and v
   bool learned_positions = false;
