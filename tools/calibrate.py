@@ -108,6 +108,17 @@ def litgpt_generate(model, quantization=None):
     return merge(request, {"quantization": quantization} if quantization else {})
 
 
+# PEFT docs (accelerate/fsdp.md), run_peft_qlora_fsdp.sh: Llama-2-70B QLoRA (nf4 + nested quant, bf16
+# storage) r 8 / alpha 16 / dropout 0.1 all-linear, 2 x 2048 packed, reentrant checkpointing, FA2, FSDP
+# full shard on 2 GPUs through TRL's SFTTrainer (trl > 0.11.4: keeps the logits, no fused head).
+PEFT_FSDP_QLORA_70B = {"model": {"id": "meta-llama/Llama-2-70b-hf"}, "task": "qlora", "quantization": "nf4_double",
+                       "lora": {"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.1}, "precision": "bf16",
+                       "micro_batch_size": 2, "sequence_length": 2048, "gradient_checkpointing": True,
+                       "attention": "flash_attention_2", "gpu": {"name": "A100-80GB"}, "num_gpus": 2,
+                       "parallelism": {"method": "fsdp_full_shard"},
+                       "runtime": {"framework": "trl", "framework_version": "1.0"}}
+
+
 # record id -> (request, metric, notes). metric: "device" | "reserved" | "allocated" | "weights+context".
 MAPPING = {
     "hf-bert-large-vanilla": (merge(BERT, {"precision": "fp32", "optimizer": "adamw_loop", "micro_batch_size": 4}), "device", ""),
@@ -258,6 +269,8 @@ MAPPING = {
     "litgpt-generate-falcon-40b-nf4dq": (litgpt_generate("tiiuae/falcon-40b", "nf4_double"), "allocated", ""),
     "litgpt-generate-llama2-70b-bf16-oom": (litgpt_generate("meta-llama/Llama-2-70b-hf"), "oom", ""),
     "litgpt-generate-llama2-70b-nf4dq": (litgpt_generate("meta-llama/Llama-2-70b-hf", "nf4_double"), "allocated", ""),
+    "peft-docs-fsdp-qlora-llama2-70b-offload": (merge(PEFT_FSDP_QLORA_70B, {"parallelism": {"offload_params": True}}), "allocated", ""),
+    "peft-docs-fsdp-qlora-llama2-70b-no-offload": (PEFT_FSDP_QLORA_70B, "allocated", ""),
     "vllm-llama3-8b-tp1-weights": (None, None, "vLLM engine profile (weights + profiler's activation peak + KV blocks): not a training "
                                                 "or Transformers inference run"),
     "vllm-llama3-8b-tp2-weights": (None, None, "as above"),
@@ -279,6 +292,8 @@ for _rid in COMPILED:
 # records whose run is known (an error there may be the request's, not the estimate's).
 _TT_README = ("the README table gives the configured maximum sequence; torchtune PR #961 reproduced it only "
               "with inputs forced to that length")
+_PEFT_FSDP_DOC = ("the page does not say which figure its \"memory consumed per GPU\" is; library versions are minimums only "
+                  "(TRL's loss path changed across them); optimizer not stated")
 SETTINGS_NOT_KNOWN = {
     "peft-readme-bloomz-7b1-lora": "sequence 64 assumed (tweets padded to the longest in the batch)",
     "peft-readme-bloomz-7b1-lora-ds-offload": "sequence 64 assumed (tweets padded to the longest in the batch)",
@@ -301,6 +316,8 @@ SETTINGS_NOT_KNOWN = {
     # bitsandbytes' AdamW8bit keep them as ordinary CUDA tensors, which can. The two readings
     # differ by the whole 6 GiB of states, so the record cannot check the estimate until the
     # class is known (both readings are printed; see ALTERNATIVE_READINGS).
+    "peft-docs-fsdp-qlora-llama2-70b-offload": _PEFT_FSDP_DOC,
+    "peft-docs-fsdp-qlora-llama2-70b-no-offload": _PEFT_FSDP_DOC + "; GPU not stated",
     "torchtune-llama3.2-3b-full-8-bit-adamw": "optimizer class not stated: \"AdamW8bit\" in the README prose, "
                                               "bitsandbytes PagedAdamW8bit in the config",
 }
