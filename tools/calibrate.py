@@ -370,9 +370,12 @@ _BNB_SAVES_INPUT = ("bitsandbytes MatMul4Bit (a custom autograd Function) keeps 
                     "is not adapted (or whose LoRA sees a dropped-out copy) then holds one more [tokens, in] tensor: "
                     "(3 x hidden + intermediate) x 2 bytes per token and layer on Llama, about half of the LitGPT QLoRA "
                     "gaps; the rest is not established. memfit gives un-checkpointed QLoRA the activations of LoRA")
-_FABRIC_FSDP = ("Fabric (Lightning 71aed751) FSDP + LoRA: the figures are nearly flat in micro-batch and above the "
-                "single-GPU run, about the unsharded bf16 weights plus the checkpointed step; where the unsharded copy "
-                "comes from (frozen parameters not resharded, or the load path) is not established")
+_FABRIC_FSDP = ("Fabric's FSDPStrategy (Lightning 71aed751, PyTorch 2.1 FSDP1) sets use_orig_params=True, so the "
+                "frozen base weights share flat parameters with the LoRA weights; PEFT's FSDP guide says "
+                "use_orig_params must be False for FSDP to save memory with PEFT. The figures are nearly flat in "
+                "micro-batch and above the single-GPU run: about the whole unsharded bf16 model on every GPU plus "
+                "the checkpointed step. The exact mechanism (units not resharded after backward, or full-size "
+                "gradients for the frozen part) is not established")
 OPEN_MISSES = {
     "litgpt-llama2-7b-qlora-nf4-mb1": _BNB_SAVES_INPUT,
     "litgpt-llama2-7b-qlora-nf4dq-mb1": _BNB_SAVES_INPUT,
