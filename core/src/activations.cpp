@@ -19,6 +19,7 @@
 //    leaf weight is cached for the autocast region.
 // All quantities are bytes per token unless named otherwise; the s x s attention terms are
 // bytes per token per attended position.
+#include <set>
 #include "activations.hpp"
 
 #include "frameworks.hpp"
@@ -61,6 +62,12 @@ u64 activation_saves(const std::string& act) {
   if (act == "gelu_new" || act == "gelu_fast" || act == "gelu_python") return 4;
   if (act == "quick_gelu") return 2;
   return 1;  // silu, gelu, gelu_pytorch_tanh, bloom_gelu (custom fn saving its input), relu (its output)
+}
+
+/// Families whose eager attention computes QK^T in fp32 whatever the model dtype.
+bool upcasts_qk(const std::string& family) {
+  static const std::set<std::string> upcast{"gpt_neo", "gptj", "codegen"};
+  return upcast.count(family) > 0;
 }
 
 /// Dropout with p > 0 keeps a mask: bool on CUDA (native_dropout), input dtype on CPU (bernoulli noise).
@@ -269,8 +276,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       const u64 kk = gqa ? mul(p, qw) : k_bytes;
       // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
       const u64 vv = gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
-      // GPT-Neo's eager attention upcasts query and key to fp32 before QK^T
-      if (m.family == "gpt_neo" && p == 2) keep(add(mul(4, qw), mul(4, kw)));
+      // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
+      // QK^T (modeling_gpt_neo.py / modeling_gptj.py / modeling_codegen.py `_attn`:
+      // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
+      // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
+      // under autocast the matmul casts them back to half)
+      if (upcasts_qk(m.family) && p == 2 && !d.amp) keep(add(mul(4, qw), mul(4, kw)));
       else keep(add(q_bytes, kk));
       keep(vv);
       // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
@@ -746,6 +757,11 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
   return out;
 }
 
+u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
+  if (r.attention != AttentionImpl::Eager || !m.causal) return 0;
+  return mul(batch, seq, seq, dtypes_for(r).compute);  // 4-D causal mask [b, 1, s, s]
+}
+
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
   const Dtypes d = dtypes_for(r);
   const u64 tokens = mul(batch, seq);
@@ -757,9 +773,9 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   bool windowed = false;  // a sliding window shorter than the sequence: SDPA gets an explicit mask
   for (const LayerGroup& g : m.groups) windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
-  if ((r.attention == AttentionImpl::Eager ||
-       (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu)) && m.causal)
-    bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask
+  if (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu && m.causal)
+    bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask (the kernel keeps it)
+  bytes = add(bytes, eager_mask_bytes(m, r, batch, seq));
   if (m.alibi) bytes = add(bytes, mul(batch, m.heads, seq, d.compute));
   // The embedding output needs a gradient only when the embeddings train or checkpointing makes
   // it require one (Transformers' enable_input_require_grads for PEFT models); otherwise the

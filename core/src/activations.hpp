@@ -75,5 +75,9 @@ struct HeadActivations {
 /// Tensors shared by all layers during one forward: token ids, rotary cos/sin, the eager 4-D
 /// mask, the embedding's saved state.
 [[nodiscard]] u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq);
+/// The 4-D causal mask eager attention adds to its scores (part of shared_forward_bytes). The
+/// model's forward builds it and the add keeps nothing, so it dies when the model's forward
+/// returns, unless checkpointing keeps it as an input of every checkpointed layer.
+[[nodiscard]] u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq);
 
 }  // namespace memfit::detail
