@@ -70,6 +70,13 @@ bool upcasts_qk(const std::string& family) {
   return upcast.count(family) > 0;
 }
 
+/// Families whose local (windowed) layers mask with a causal buffer of the attention module
+/// instead of a model-level mask (modeling_gpt_neo.py `_attn`: `self.bias[...]` in torch.where).
+bool window_from_buffer(const std::string& family) {
+  static const std::set<std::string> buffer{"gpt_neo"};
+  return buffer.count(family) > 0;
+}
+
 /// Dropout with p > 0 keeps a mask: bool on CUDA (native_dropout), input dtype on CPU (bernoulli noise).
 u64 dropout_mask(double p, const Request& r, u64 elem_bytes) {
   if (p <= 0) return 0;
@@ -387,6 +394,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       break;
     }
   }
+  // What the block keeps after the softmax and the PV matmul: o_proj's input, the residual
+  // dropout's mask, Gemma-2's post-attention norm. Their nodes run before softmax's backward and
+  // release it, so eager attention's worst backward moment no longer has it (measured, peak dumps
+  // of tuning cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd and
+  // phi/h256-L2-V1024/full/bf16/gc/eager/b1s256/sgd/gas2 at _softmax_backward_data: no o_proj
+  // input, no post_attention_layernorm input, no resid_dropout noise of the recomputed layer).
+  const u64 before_tail = saved;
   // o_proj's input: the attention output (a transpose copy in eager mode).
   const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
   keep(o_in.extra);
@@ -403,6 +417,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // (post_attention_layernorm, post_feedforward_layernorm): each keeps what a norm keeps.
   const bool post_norms = m.family == "gemma2" || m.family == "gemma3_text";
   if (post_norms) keep_hidden(norm(false));
+  const u64 attn_tail = r.attention == AttentionImpl::Eager ? sub_floor(saved, before_tail) : 0;
 
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = saved;
@@ -604,14 +619,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
   }
-  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, mlp_saved));
-  out.backward_transient = std::max(mlp_bwd, add(mul(tokens, mul(3, d.residual, h)), attn_bwd));
+  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, add(mlp_saved, attn_tail)));
+  out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
+  out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
   if (d.amp) {
     // the half gradient of the largest trained Linear before its cast to the fp32 .grad
     u64 biggest = 0;
     for (size_t i = 0; i < g.linears.size(); ++i)
       if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
     out.backward_transient = add(out.backward_transient, mul(2, biggest));
+    out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
   }
   if (r.task == Task::Qlora && r.quantization != Quantization::None) {
     // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
@@ -757,9 +774,22 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
   return out;
 }
 
+u64 eager_mask_count(const ModelSpec& m) {
+  // The model builds one 4-D mask per kind of layer attention it has: a full causal one and a
+  // sliding-window one when some layers are windowed (modeling_gemma2.py Gemma2Model.forward:
+  // causal_mask_mapping = {"full_attention": create_causal_mask(...), "sliding_attention":
+  // create_sliding_window_causal_mask(...)}; modeling_qwen2.py adds the sliding one when a layer
+  // type is sliding_attention; Mistral's single mask is the sliding one). Measured, peak dump of
+  // tuning case gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd: two fp32 [1, 1, 1024, 1024]
+  // `where` outputs alive in the last layer's recomputed backward.
+  std::set<u64> windows;
+  for (const LayerGroup& g : m.groups) windows.insert(window_from_buffer(m.family) ? 0 : g.sliding_window);
+  return std::max<u64>(1, windows.size());
+}
+
 u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
   if (r.attention != AttentionImpl::Eager || !m.causal) return 0;
-  return mul(batch, seq, seq, dtypes_for(r).compute);  // 4-D causal mask [b, 1, s, s]
+  return mul(eager_mask_count(m), mul(batch, seq, seq, dtypes_for(r).compute));  // 4-D masks [b, 1, s, s]
 }
 
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {

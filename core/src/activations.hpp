@@ -42,6 +42,8 @@ struct LayerActivations {
                                ///< unless sequence parallelism shards it
   u64 forward_transient = 0;   ///< extra live at the worst moment of its forward (beyond `saved`)
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
+  u64 attention_backward_transient = 0;  ///< extra live at the attention block's worst backward moment
+                                         ///< (part of the max in backward_transient)
   u64 checkpoint_saved = 0;    ///< kept per layer under full activation checkpointing (its input)
   u64 recomputed = 0;          ///< re-created by the recomputation of a checkpointed layer (`saved`
                                ///< minus the tensors that alias the checkpointed input)
@@ -79,5 +81,7 @@ struct HeadActivations {
 /// model's forward builds it and the add keeps nothing, so it dies when the model's forward
 /// returns, unless checkpointing keeps it as an input of every checkpointed layer.
 [[nodiscard]] u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq);
+/// How many distinct 4-D masks the model's forward builds for its layers (full / sliding).
+[[nodiscard]] u64 eager_mask_count(const ModelSpec& m);
 
 }  // namespace memfit::detail

@@ -93,7 +93,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
-    u64 count, kept, full_saved, bwd_t, grad, casts, fwd_t, in_grad, held, down_grad, new_grads;
+    u64 count, kept, full_saved, bwd_t, attn_bwd_t, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -106,7 +106,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // frozen bottom layers: nothing below the first trained layer needs a gradient, so
       // autograd keeps nothing; their forward is a no-grad forward
       la.forward_transient = la.inference_transient;
-      la.saved = la.checkpoint_saved = la.recomputed = la.backward_transient = 0;
+      la.saved = la.checkpoint_saved = la.recomputed = la.backward_transient = la.attention_backward_transient = 0;
     }
     const u64 kept = mul(in_flight, gc ? la.checkpoint_saved : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
@@ -123,13 +123,23 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
     // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
     const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
-    u64 down_grad = 0;
-    if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen && !post_ff_norm &&
+    // At the attention block's worst backward moment (eager: softmax's backward) the nodes after
+    // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
+    // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
+    // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
+    u64 down_grad = 0, late_grad = 0;
+    if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
-      u64 down_t = 0;
-      for (const Linear& lin : m.groups[i].linears)
-        if (lin.input == LinearInput::MlpHidden && !lin.routed) down_t = add(down_t, lin.params());
-      down_grad = scale(fsdp2_units ? mul(rs.grads, l.shard) : rs.grads, down_t, total_t);
+      u64 down_t = 0, late_t = 0;
+      for (const Linear& lin : m.groups[i].linears) {
+        if (lin.routed) continue;
+        if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
+        if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
+          late_t = add(late_t, lin.params());
+      }
+      const u64 grads_base = fsdp2_units ? mul(rs.grads, l.shard) : rs.grads;
+      if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
+      if (ar.attention == AttentionImpl::Eager && !gc) late_grad = scale(grads_base, late_t, total_t);
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
     // as soon as it is made: the layer's new gradients are not alive all at once, about two of
@@ -138,8 +148,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     u64 largest = 0;
     for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
     const u64 new_grads = std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t)));
-    runs.push_back({count, kept, la.recomputed, la.backward_transient, grad, casts, la.forward_transient,
-                    la.checkpoint_saved, la.recompute_held, down_grad, new_grads});
+    runs.push_back({count, kept, la.recomputed, la.backward_transient, la.attention_backward_transient, grad, casts,
+                    la.forward_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
@@ -317,7 +327,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // down_proj's node has produced its weight (and bias) gradient (measured,
       // bloom/full/fp32/nogc/eager: dense_4h_to_h's 262,656 B of gradient next to BloomGelu's
       // backward temporaries).
-      const u64 bwd_t = add(g.bwd_t, grads_grow ? g.down_grad : 0);
+      const u64 bwd_t = grads_grow ? std::max(add(g.bwd_t, g.down_grad), add(g.attn_bwd_t, g.late_grad)) : g.bwd_t;
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
       p.parts["temporary_buffers"] = add(layer_t, grads_grow ? 0 : g.new_grads);
