@@ -433,6 +433,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
+  u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
   const u64 act_saves = activation_saves(m.activation);
   const bool relu = m.activation == "relu";
   // Per token through one MLP of width w: the activation's saved input(s), the tensors the
@@ -527,6 +528,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // fc1(x) being computed
       mlp_fwd_point = add(saved, lin_out(LinearInput::MlpIn, wi));
     }
+    mlp_recompute_point = mlp_fwd_point;
     keep(mlp(wi, 1));
     keep(down_in.extra);
     const bool down_keeps_shared = down_in.shared && !(m.mlp == MlpKind::Plain && relu);
@@ -537,10 +539,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const bool act_out_kept = m.mlp == MlpKind::Plain && relu;  // relu keeps its output
     const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
     mlp_fwd_point = std::max(mlp_fwd_point, add(saved, add(unsaved_in, lin_out(LinearInput::MlpHidden, h))));
+    // Non-reentrant checkpointing stops the recomputation as soon as the last saved tensor is
+    // recomputed (torch/utils/checkpoint.py: early_stop=True, _StopRecomputationError raised
+    // from the pack hook). With nothing saved after down_proj (no residual dropout, no post
+    // norm), its outputs are never made again: a trained down_proj saves its input before its
+    // mm runs; an adapter's lora_B saves its input after the frozen base output exists
+    // (measured, peak dump of one-shape gptj/lora/bf16/gc/eager: no [T, h] adapter output
+    // during the recomputation). GPT-2-style blocks keep their attn_output local through it.
+    const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
+    const u64 recompute_down_out = saves_after_down ? lin_out(LinearInput::MlpHidden, h)
+                                                    : (lora_on(LinearInput::MlpHidden) ? mul(p, h) : 0);
+    mlp_recompute_point = std::max(mlp_recompute_point, add(saved, add(unsaved_in, recompute_down_out)));
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
     // a local until the block returns: a [T, h] alive through the MLP that nothing saves
     // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
     if (m.family == "gpt2" || m.family == "gpt_bigcode") mlp_fwd_point = add(mlp_fwd_point, mul(p, h));
+    if (m.family == "gpt2" || m.family == "gpt_bigcode") mlp_recompute_point = add(mlp_recompute_point, mul(p, h));
   }
   keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
   if (post_norms) keep_hidden(norm(false));
@@ -573,9 +587,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), mul(d.residual, h))));
     } else {
       // MoE: an expert intermediate per routed slot and the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
+      out.recompute_transient = out.forward_transient;
     }
   }
   // Backward transient: gradients flowing through the residual stream (in and out) plus the
@@ -646,7 +662,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       if (!l.routed) biggest = std::max(biggest, l.weight_params());
     const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
     const u64 deq = mul(load, biggest);
-    if (r.device == Device::Cuda) out.forward_transient = add(out.forward_transient, deq);
+    if (r.device == Device::Cuda) {
+      out.forward_transient = add(out.forward_transient, deq);
+      out.recompute_transient = add(out.recompute_transient, deq);
+    }
   }
   out.checkpoint_saved = mul(tokens, d.residual, h);
   // Non-reentrant checkpointing recomputes the layer when its backward first unpacks a saved

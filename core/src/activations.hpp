@@ -41,6 +41,8 @@ struct LayerActivations {
                                ///< their casts, dropout masks): replicated under tensor parallelism
                                ///< unless sequence parallelism shards it
   u64 forward_transient = 0;   ///< extra live at the worst moment of its forward (beyond `saved`)
+  u64 recompute_transient = 0; ///< the same in its recomputation under checkpointing (which stops
+                               ///< after the last saved tensor)
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
   u64 attention_backward_transient = 0;  ///< extra live at the attention block's worst backward moment
                                          ///< (part of the max in backward_transient)

@@ -105,7 +105,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     if (m.groups[i].frozen) {
       // frozen bottom layers: nothing below the first trained layer needs a gradient, so
       // autograd keeps nothing; their forward is a no-grad forward
-      la.forward_transient = la.inference_transient;
+      la.forward_transient = la.recompute_transient = la.inference_transient;
       la.saved = la.checkpoint_saved = la.recomputed = la.backward_transient = la.attention_backward_transient = 0;
     }
     const u64 kept = mul(in_flight, gc ? la.checkpoint_saved : la.saved);
@@ -149,7 +149,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
     const u64 new_grads = std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t)));
     runs.push_back({count, kept, la.recomputed, la.backward_transient, la.attention_backward_transient, grad, casts,
-                    la.forward_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads});
+                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
