@@ -274,6 +274,9 @@ def pattern_cases():
                lora={"rank": 8, "alpha": 16, "targets": ["qkv_proj", "out_proj"], "dropout": 0.0}),
         shaped("codegen", "codegen/h384-L3-V1024/full/bf16/nogc/eager/b2s64/sgd", 3, 3, 1024, precision="bf16",
                attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=64),
+        shaped("codegen", "codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd", 2, 2, 1024, task="lora",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1,
+               sequence_length=256, lora={"rank": 32, "alpha": 64, "targets": ["qkv_proj"], "dropout": 0.0}),
     ]
 
 

@@ -70,6 +70,12 @@ bool upcasts_qk(const std::string& family) {
   return upcast.count(family) > 0;
 }
 
+/// Families whose eager v is a view of the fused q/k/v projection's output (no copy of its own).
+bool v_view_of_fused_qkv(const std::string& family) {
+  static const std::set<std::string> view{"codegen"};
+  return view.count(family) > 0;
+}
+
 /// Families whose local (windowed) layers mask with a causal buffer of the attention module
 /// instead of a model-level mask (modeling_gpt_neo.py `_attn`: `self.bias[...]` in torch.where).
 bool window_from_buffer(const std::string& family) {
@@ -268,6 +274,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
   bool out_is_kept = false;   // the attention output tensor is kept by the kernel itself
+  u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
   u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
   // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
   // model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
@@ -282,7 +289,20 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
       const u64 kk = gqa ? mul(p, qw) : k_bytes;
       // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
-      const u64 vv = gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
+      const u64 vv_own = gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
+      // CodeGen's v is a view of qkv_proj's output (modeling_codegen.py: torch.split of the
+      // reshaped qkv, then a permute); at batch 1 the PV matmul folds it to 3-D as a view, so it
+      // keeps the whole fused output alive (measured, peak dump of tuning case
+      // codegen/h128-L3-V4096/lora-r8-attn/fp32/nogc/eager/b1s512/adafactor: each layer's
+      // [1, 512, 384] fp32 qkv output alive at the loss backward, no v copy). The PV node
+      // releases it before softmax's backward (counted in the block's tail below). Not in a
+      // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
+      // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
+      // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
+      // established).
+      const bool v_views_fused = v_view_of_fused_qkv(m.family) && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
+      v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
+      const u64 vv = add(vv_own, v_excess);
       // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
       // QK^T (modeling_gpt_neo.py / modeling_gptj.py / modeling_codegen.py `_attn`:
       // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
@@ -347,7 +367,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         // gpt2/gpt_bigcode, fp32 and bf16 alike): q*scale [b*nh,s,d], (k*scale)^T [b*nh,d,s],
         // softmax output [b,nh,s,s], dropout noise mask [b,nh,s,s], dropout output [b*nh,s,s]
         // and v [b*nh,s,dv], all fp32. o_proj reads a model-dtype copy of the output.
-        keep(mul(4, add(mul(2, qw), ow)));
+        // An fp32 v that is a view of a fused q/k/v projection (GPT-2's c_attn(...).split) is
+        // not copied when the batch is 1 (matmul folds [1, nh, s, d] to [nh, s, d] as a view; with
+        // more rows the transposed view cannot fold and is copied), so the matmul keeps the whole
+        // fused output alive (measured, peak dump of tuning case
+        // gpt2/h256-L2-V1024/full/fp32/nogc/sdpa/b1s384/sgd: each layer's fp32 [384, 768] addmm
+        // alive at the loss backward; one-shape gpt2 fp32 sdpa at batch 2 keeps a v copy). Half
+        // inputs are upcast to a v copy.
+        const bool v_views_fused = m.fused_qkv && p == 4 && !d.amp && tokens == seq;
+        keep(mul(4, add(mul(2, qw), v_views_fused ? add(qw, add(kw, vw)) : ow)));
         saved_s = add(saved_s, mul(12, a));
         fwd_s = mul(2, 4, a);
         // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
@@ -400,7 +428,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // of tuning cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd and
   // phi/h256-L2-V1024/full/bf16/gc/eager/b1s256/sgd/gas2 at _softmax_backward_data: no o_proj
   // input, no post_attention_layernorm input, no resid_dropout noise of the recomputed layer).
-  const u64 before_tail = saved;
+  const u64 before_tail = sub_floor(saved, v_excess);
   // o_proj's input: the attention output (a transpose copy in eager mode).
   const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
   keep(o_in.extra);
@@ -637,6 +665,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, add(mlp_saved, attn_tail)));
   out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
+  out.mlp_backward_transient = mlp_bwd;
   out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
   if (d.amp) {
     // the half gradient of the largest trained Linear before its cast to the fp32 .grad
@@ -645,6 +674,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
     out.backward_transient = add(out.backward_transient, mul(2, biggest));
     out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
+    out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
   }
   if (r.task == Task::Qlora && r.quantization != Quantization::None) {
     // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in

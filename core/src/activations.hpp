@@ -44,6 +44,7 @@ struct LayerActivations {
   u64 recompute_transient = 0; ///< the same in its recomputation under checkpointing (which stops
                                ///< after the last saved tensor)
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
+  u64 mlp_backward_transient = 0;        ///< extra live at the MLP block's worst backward moment
   u64 attention_backward_transient = 0;  ///< extra live at the attention block's worst backward moment
                                          ///< (part of the max in backward_transient)
   u64 checkpoint_saved = 0;    ///< kept per layer under full activation checkpointing (its input)
