@@ -665,6 +665,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, add(mlp_saved, attn_tail)));
   out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
+  // the same before what the MLP and the block's tail released is taken off (the moment's own
+  // gradients are added to it in estimate.cpp before that subtraction)
+  out.attention_backward_gross = add(mul(tokens, mul(3, d.residual, h)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
+  out.attention_released = mul(tokens, add(mlp_saved, attn_tail));
   out.mlp_backward_transient = mlp_bwd;
   out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
   if (d.amp) {
@@ -674,6 +678,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
     out.backward_transient = add(out.backward_transient, mul(2, biggest));
     out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
+    out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
     out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
   }
   if (r.task == Task::Qlora && r.quantization != Quantization::None) {

@@ -45,6 +45,9 @@ struct LayerActivations {
                                ///< after the last saved tensor)
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
   u64 mlp_backward_transient = 0;        ///< extra live at the MLP block's worst backward moment
+  u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off
+  u64 attention_released = 0;            ///< saved tensors of the layer (its MLP, the attention block's tail)
+                                         ///< already released at the attention block's worst backward moment
   u64 attention_backward_transient = 0;  ///< extra live at the attention block's worst backward moment
                                          ///< (part of the max in backward_transient)
   u64 checkpoint_saved = 0;    ///< kept per layer under full activation checkpointing (its input)

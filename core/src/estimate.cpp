@@ -93,7 +93,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
-    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads;
+    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -107,6 +107,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // autograd keeps nothing; their forward is a no-grad forward
       la.forward_transient = la.recompute_transient = la.inference_transient;
       la.saved = la.checkpoint_saved = la.recomputed = la.backward_transient = la.mlp_backward_transient = la.attention_backward_transient = 0;
+      la.attention_backward_gross = la.attention_released = 0;
     }
     const u64 kept = mul(in_flight, gc ? la.checkpoint_saved : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
@@ -152,7 +153,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     u64 largest = 0;
     for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
     const u64 new_grads = std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t)));
-    runs.push_back({count, kept, la.recomputed, la.backward_transient, la.mlp_backward_transient, la.attention_backward_transient, grad, casts,
+    runs.push_back({count, kept, la.recomputed, la.backward_transient, la.mlp_backward_transient, la.attention_backward_gross, la.attention_released, grad, casts,
                     la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
@@ -331,8 +332,10 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // down_proj's node has produced its weight (and bias) gradient (measured,
       // bloom/full/fp32/nogc/eager: dense_4h_to_h's 262,656 B of gradient next to BloomGelu's
       // backward temporaries).
-      const u64 bwd_t = grads_grow ? std::max(add(g.mlp_bwd_t, g.down_grad), add(g.attn_bwd_t, g.late_grad))
-                                   : std::max(add(g.mlp_bwd_t, g.new_grads), g.attn_bwd_t);
+      // (the attention moment: its transients and gradients, less what the layer's MLP and the
+      // attention block's tail have released by then)
+      const u64 bwd_t = grads_grow ? std::max(add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released))
+                                   : std::max(add(g.mlp_bwd_t, g.new_grads), sub_floor(g.attn_bwd_t, g.attn_released));
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
       p.parts["temporary_buffers"] = layer_t;
