@@ -277,6 +277,13 @@ def pattern_cases():
         shaped("codegen", "codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd", 2, 2, 1024, task="lora",
                attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1,
                sequence_length=256, lora={"rank": 32, "alpha": 64, "targets": ["qkv_proj"], "dropout": 0.0}),
+        shaped("gemma", "gemma/h128-L2-V4096/lora-r32-mlp/fp32/gc/eager/b1s384/adamw/gas2", 1, 2, 4096, task="lora",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=384,
+               gradient_accumulation_steps=2,
+               lora={"rank": 32, "alpha": 64, "targets": ["gate_proj", "up_proj", "down_proj"], "dropout": 0.0}),
+        shaped("biogpt", "biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum", 2, 3, 2048, task="lora",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum", micro_batch_size=4,
+               sequence_length=48, lora={"rank": 64, "alpha": 128, "targets": ["fc1", "fc2"], "dropout": 0.0}),
     ]
 
 

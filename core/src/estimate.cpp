@@ -129,6 +129,19 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
     // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
     u64 down_grad = 0, late_grad = 0;
+    // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
+    // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
+    // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
+    // layer 0's fc2 lora_A [64, 1024] and lora_B [256, 64] gradients at the add)
+    if (r.task != Task::Full && !m.groups[i].moe && !m.groups[i].frozen && r.lora.rank > 0 &&
+        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp)) {
+      u64 adapter_t = 0;
+      const std::vector<Linear>& lins = m.groups[i].linears;
+      for (size_t j = 0; j < lins.size() && j < s.linears[i].saves_input.size(); ++j)
+        if (lins[j].input == LinearInput::MlpHidden && !lins[j].routed && s.linears[i].saves_input[j])
+          adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
+      down_grad = late_grad = scale(rs.grads, adapter_t, total_t);
+    }
     if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
       u64 down_t = 0, late_t = 0;
