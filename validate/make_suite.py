@@ -284,6 +284,10 @@ def pattern_cases():
         shaped("biogpt", "biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum", 2, 3, 2048, task="lora",
                attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum", micro_batch_size=4,
                sequence_length=48, lora={"rank": 64, "alpha": 128, "targets": ["fc1", "fc2"], "dropout": 0.0}),
+        shaped("gemma", "gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2", 1, 3, 1024, task="lora",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=512,
+               gradient_accumulation_steps=2,
+               lora={"rank": 16, "alpha": 32, "targets": ["gate_proj", "up_proj", "down_proj"], "dropout": 0.0}),
     ]
 
 

@@ -287,9 +287,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     case AttentionImpl::Eager: {
       // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
       // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
-      const u64 kk = gqa ? mul(p, qw) : k_bytes;
+      // With one K/V head, repeat_kv's reshape merges a size-1 dim with the stride-0 expanded one
+      // (modeling_gemma.py repeat_kv: expand, then reshape), so it is a view, and at batch 1
+      // matmul's fold to 3-D is one too: the matmuls keep k and v themselves, not [T, heads * d]
+      // copies (measured, peak dump of tuning case
+      // gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2: a [1, 1, 512, 64] k
+      // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies). At batch > 1 the
+      // fold copies, as repeat_kv does with more K/V heads.
+      const bool kv_views = gqa && !mla && m.kv_heads == 1 && tokens == seq;
+      const u64 kk = gqa && !kv_views ? mul(p, qw) : k_bytes;
       // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
-      const u64 vv_own = gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
+      const u64 vv_own = kv_views ? v_bytes : gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
       // CodeGen's v is a view of qkv_proj's output (modeling_codegen.py: torch.split of the
       // reshaped qkv, then a permute); at batch 1 the PV matmul folds it to 3-D as a view, so it
       // keeps the whole fused output alive (measured, peak dump of tuning case
