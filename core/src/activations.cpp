@@ -19,6 +19,7 @@
 //    leaf weight is cached for the autocast region.
 // All quantities are bytes per token unless named otherwise; the s x s attention terms are
 // bytes per token per attended position.
+#include <set>
 #include "activations.hpp"
 
 #include "frameworks.hpp"
@@ -61,6 +62,25 @@ u64 activation_saves(const std::string& act) {
   if (act == "gelu_new" || act == "gelu_fast" || act == "gelu_python") return 4;
   if (act == "quick_gelu") return 2;
   return 1;  // silu, gelu, gelu_pytorch_tanh, bloom_gelu (custom fn saving its input), relu (its output)
+}
+
+/// Families whose eager attention computes QK^T in fp32 whatever the model dtype.
+bool upcasts_qk(const std::string& family) {
+  static const std::set<std::string> upcast{"gpt_neo", "gptj", "codegen"};
+  return upcast.count(family) > 0;
+}
+
+/// Families whose eager v is a view of the fused q/k/v projection's output (no copy of its own).
+bool v_view_of_fused_qkv(const std::string& family) {
+  static const std::set<std::string> view{"codegen"};
+  return view.count(family) > 0;
+}
+
+/// Families whose local (windowed) layers mask with a causal buffer of the attention module
+/// instead of a model-level mask (modeling_gpt_neo.py `_attn`: `self.bias[...]` in torch.where).
+bool window_from_buffer(const std::string& family) {
+  static const std::set<std::string> buffer{"gpt_neo"};
+  return buffer.count(family) > 0;
 }
 
 /// Dropout with p > 0 keeps a mask: bool on CUDA (native_dropout), input dtype on CPU (bernoulli noise).
@@ -276,6 +296,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
   bool out_is_kept = false;   // the attention output tensor is kept by the kernel itself
+  u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
   u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
   // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
   // model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
@@ -290,11 +311,36 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     case AttentionImpl::Eager: {
       // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
       // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
-      const u64 kk = gqa ? mul(p, qw) : k_bytes;
+      // With one K/V head, repeat_kv's reshape merges a size-1 dim with the stride-0 expanded one
+      // (modeling_gemma.py repeat_kv: expand, then reshape), so it is a view, and at batch 1
+      // matmul's fold to 3-D is one too: the matmuls keep k and v themselves, not [T, heads * d]
+      // copies (measured, peak dump of tuning case
+      // gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2: a [1, 1, 512, 64] k
+      // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies). At batch > 1 the
+      // fold copies, as repeat_kv does with more K/V heads.
+      const bool kv_views = gqa && !mla && m.kv_heads == 1 && tokens == seq;
+      const u64 kk = gqa && !kv_views ? mul(p, qw) : k_bytes;
       // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
-      const u64 vv = gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
-      // GPT-Neo's eager attention upcasts query and key to fp32 before QK^T
-      if (m.family == "gpt_neo" && p == 2) keep(add(mul(4, qw), mul(4, kw)));
+      const u64 vv_own = kv_views ? v_bytes : gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
+      // CodeGen's v is a view of qkv_proj's output (modeling_codegen.py: torch.split of the
+      // reshaped qkv, then a permute); at batch 1 the PV matmul folds it to 3-D as a view, so it
+      // keeps the whole fused output alive (measured, peak dump of tuning case
+      // codegen/h128-L3-V4096/lora-r8-attn/fp32/nogc/eager/b1s512/adafactor: each layer's
+      // [1, 512, 384] fp32 qkv output alive at the loss backward, no v copy). The PV node
+      // releases it before softmax's backward (counted in the block's tail below). Not in a
+      // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
+      // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
+      // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
+      // established).
+      const bool v_views_fused = v_view_of_fused_qkv(m.family) && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
+      v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
+      const u64 vv = add(vv_own, v_excess);
+      // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
+      // QK^T (modeling_gpt_neo.py / modeling_gptj.py / modeling_codegen.py `_attn`:
+      // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
+      // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
+      // under autocast the matmul casts them back to half)
+      if (upcasts_qk(m.family) && p == 2 && !d.amp) keep(add(mul(4, qw), mul(4, kw)));
       else keep(add(q_bytes, kk));
       keep(vv);
       // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
@@ -358,7 +404,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         // gpt2/gpt_bigcode, fp32 and bf16 alike): q*scale [b*nh,s,d], (k*scale)^T [b*nh,d,s],
         // softmax output [b,nh,s,s], dropout noise mask [b,nh,s,s], dropout output [b*nh,s,s]
         // and v [b*nh,s,dv], all fp32. o_proj reads a model-dtype copy of the output.
-        keep(mul(4, add(mul(2, qw), ow)));
+        // An fp32 v that is a view of a fused q/k/v projection (GPT-2's c_attn(...).split) is
+        // not copied when the batch is 1 (matmul folds [1, nh, s, d] to [nh, s, d] as a view; with
+        // more rows the transposed view cannot fold and is copied), so the matmul keeps the whole
+        // fused output alive (measured, peak dump of tuning case
+        // gpt2/h256-L2-V1024/full/fp32/nogc/sdpa/b1s384/sgd: each layer's fp32 [384, 768] addmm
+        // alive at the loss backward; one-shape gpt2 fp32 sdpa at batch 2 keeps a v copy). Half
+        // inputs are upcast to a v copy.
+        const bool v_views_fused = m.fused_qkv && p == 4 && !d.amp && tokens == seq;
+        keep(mul(4, add(mul(2, qw), v_views_fused ? add(qw, add(kw, vw)) : ow)));
         saved_s = add(saved_s, mul(12, a));
         fwd_s = mul(2, 4, a);
         // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
@@ -410,6 +464,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       break;
     }
   }
+  // What the block keeps after the softmax and the PV matmul: o_proj's input, the residual
+  // dropout's mask, Gemma-2's post-attention norm. Their nodes run before softmax's backward and
+  // release it, so eager attention's worst backward moment no longer has it (measured, peak dumps
+  // of tuning cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd and
+  // phi/h256-L2-V1024/full/bf16/gc/eager/b1s256/sgd/gas2 at _softmax_backward_data: no o_proj
+  // input, no post_attention_layernorm input, no resid_dropout noise of the recomputed layer).
+  const u64 before_tail = sub_floor(saved, v_excess);
   // o_proj's input: the attention output (a transpose copy in eager mode).
   const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
   keep(o_in.extra);
@@ -427,6 +488,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // (post_attention_layernorm, post_feedforward_layernorm): each keeps what a norm keeps.
   const bool post_norms = m.family == "gemma2" || m.family == "gemma3_text";
   if (post_norms) keep_hidden(norm(false));
+  const u64 attn_tail = r.attention == AttentionImpl::Eager ? sub_floor(saved, before_tail) : 0;
 
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = saved;
@@ -443,7 +505,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
-  u64 mlp_recompute_point = 0;  // the same for a checkpointed layer's recomputation (see below)
+  u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
   const u64 act_saves = activation_saves(m.activation);
   const bool relu = m.activation == "relu";
   // Per token through one MLP of width w: the activation's saved input(s), the tensors the
@@ -552,6 +614,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // fc1(x) being computed
       mlp_fwd_point = add(saved, lin_out(LinearInput::MlpIn, wi));
     }
+    mlp_recompute_point = mlp_fwd_point;
     keep(mlp(wi, 1));
     keep(down_in.extra);
     const bool down_keeps_shared = down_in.shared && !(m.mlp == MlpKind::Plain && relu);
@@ -564,22 +627,27 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
     // With lora_dropout > 0 and an adapter dtype other than the model's, PEFT's LoRA forward
     // (peft 0.21 tuners/lora/layer.py Linear.forward) holds the input cast to the adapter dtype
-    // in a local while lora_B runs: dropout keeps only its noise and lora_A the dropped copy, so
-    // the cast is a transient of its own (measured, peak dump of tuning case
-    // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy next to the bf16 product at
-    // the recomputed down_proj's lora_B mm)
+    // in a local while lora_A and lora_B run: dropout keeps only its noise and lora_A the dropped
+    // copy, so the cast is a transient of its own (measured, peak dump of tuning case
+    // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy alive at the recomputed
+    // down_proj's adapter)
     const u64 dropout_cast = (lora_on(LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
                                  ? mul(adapter_bytes, wi) : 0;
     const u64 at_down = add(saved, add(unsaved_in, dropout_cast));
-    mlp_recompute_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
-    // Non-reentrant checkpointing stops the recomputation once the last saved tensor exists
-    // (torch/utils/checkpoint.py, early stopping on by default): with an adapter on down_proj that
-    // is lora_B's mm, before its `* scaling` copy (measured, same peak dump: the recomputation
-    // peaks at that mm with the base output and lora_B's output, no scaled copy), unless an op
-    // after it saves something: a residual dropout's mask (GPT-2, Phi, BioGPT), a post-MLP norm
-    if (lora_on(LinearInput::MlpHidden) && m.hidden_dropout <= 0 && !post_norms)
-      mlp_recompute_point = std::max(mlp_fwd_point, add(at_down, mul(h, add(p, adapter_bytes))));
     mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
+    // Non-reentrant checkpointing stops the recomputation as soon as the last saved tensor is
+    // recomputed (torch/utils/checkpoint.py: early_stop=True, _StopRecomputationError raised
+    // from the pack hook, which autograd calls when an op saves its inputs, before the op runs).
+    // With nothing saved after down_proj (no residual dropout, no post norm), its outputs are
+    // never made again: a trained down_proj saves its input before its mm runs; an adapter's
+    // lora_B saves its input after the frozen base output exists (measured, peak dumps of
+    // one-shape gptj/lora/bf16/gc/eager: no [T, h] adapter output during the recomputation, and
+    // of tuning case llama/lora/bf16/gc/sdpa/dropout0.1: no scaled copy).
+    // GPT-2-style blocks keep their attn_output local through it.
+    const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
+    const u64 recompute_down_out = saves_after_down ? lin_out(LinearInput::MlpHidden, h)
+                                                    : (lora_on(LinearInput::MlpHidden) ? mul(p, h) : 0);
+    mlp_recompute_point = std::max(mlp_recompute_point, add(at_down, recompute_down_out));
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
     // a local until the block returns: a [T, h] alive through the MLP that nothing saves
     // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
@@ -681,14 +749,23 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
   }
-  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, mlp_saved));
-  out.backward_transient = std::max(mlp_bwd, add(mul(tokens, mul(3, d.residual, h)), attn_bwd));
+  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, add(mlp_saved, attn_tail)));
+  out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
+  // the same before what the MLP and the block's tail released is taken off (the moment's own
+  // gradients are added to it in estimate.cpp before that subtraction)
+  out.attention_backward_gross = add(mul(tokens, mul(3, d.residual, h)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
+  out.attention_released = mul(tokens, add(mlp_saved, attn_tail));
+  out.mlp_backward_transient = mlp_bwd;
+  out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
   if (d.amp) {
     // the half gradient of the largest trained Linear before its cast to the fp32 .grad
     u64 biggest = 0;
     for (size_t i = 0; i < g.linears.size(); ++i)
       if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
     out.backward_transient = add(out.backward_transient, mul(2, biggest));
+    out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
+    out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
+    out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
   }
   if (r.task == Task::Qlora && r.quantization != Quantization::None) {
     // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
@@ -841,6 +918,24 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
   return out;
 }
 
+u64 eager_mask_count(const ModelSpec& m) {
+  // The model builds one 4-D mask per kind of layer attention it has: a full causal one and a
+  // sliding-window one when some layers are windowed (modeling_gemma2.py Gemma2Model.forward:
+  // causal_mask_mapping = {"full_attention": create_causal_mask(...), "sliding_attention":
+  // create_sliding_window_causal_mask(...)}; modeling_qwen2.py adds the sliding one when a layer
+  // type is sliding_attention; Mistral's single mask is the sliding one). Measured, peak dump of
+  // tuning case gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd: two fp32 [1, 1, 1024, 1024]
+  // `where` outputs alive in the last layer's recomputed backward.
+  std::set<u64> windows;
+  for (const LayerGroup& g : m.groups) windows.insert(window_from_buffer(m.family) ? 0 : g.sliding_window);
+  return std::max<u64>(1, windows.size());
+}
+
+u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
+  if (r.attention != AttentionImpl::Eager || !m.causal) return 0;
+  return mul(eager_mask_count(m), mul(batch, seq, seq, dtypes_for(r).compute));  // 4-D masks [b, 1, s, s]
+}
+
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
   const Dtypes d = dtypes_for(r);
   const u64 tokens = mul(batch, seq);
@@ -853,9 +948,9 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   for (const LayerGroup& g : m.groups)
     windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq) || (g.attention_chunk > 0 && g.attention_chunk < seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
-  if ((r.attention == AttentionImpl::Eager ||
-       (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu)) && m.causal)
-    bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask
+  if (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu && m.causal)
+    bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask (the kernel keeps it)
+  bytes = add(bytes, eager_mask_bytes(m, r, batch, seq));
   if (m.alibi) bytes = add(bytes, mul(batch, m.heads, seq, d.compute));
   // The embedding output needs a gradient only when the embeddings train or checkpointing makes
   // it require one (Transformers' enable_input_require_grads for PEFT models); otherwise the

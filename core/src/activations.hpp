@@ -41,9 +41,15 @@ struct LayerActivations {
                                ///< their casts, dropout masks): replicated under tensor parallelism
                                ///< unless sequence parallelism shards it
   u64 forward_transient = 0;   ///< extra live at the worst moment of its forward (beyond `saved`)
-  u64 recompute_transient = 0; ///< the same for its recomputation under checkpointing, which stops
-                               ///< once the last saved tensor exists
+  u64 recompute_transient = 0; ///< the same in its recomputation under checkpointing (which stops
+                               ///< after the last saved tensor)
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
+  u64 mlp_backward_transient = 0;        ///< extra live at the MLP block's worst backward moment
+  u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off
+  u64 attention_released = 0;            ///< saved tensors of the layer (its MLP, the attention block's tail)
+                                         ///< already released at the attention block's worst backward moment
+  u64 attention_backward_transient = 0;  ///< extra live at the attention block's worst backward moment
+                                         ///< (part of the max in backward_transient)
   u64 checkpoint_saved = 0;    ///< kept per layer under full activation checkpointing (its input)
   u64 checkpoint_ctx_held = 0; ///< also kept under checkpointing: tensors held by autograd contexts
                                ///< outside save_for_backward (LLM.int8 Linears' inputs)
@@ -79,5 +85,11 @@ struct HeadActivations {
 /// Tensors shared by all layers during one forward: token ids, rotary cos/sin, the eager 4-D
 /// mask, the embedding's saved state.
 [[nodiscard]] u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq);
+/// The 4-D causal mask eager attention adds to its scores (part of shared_forward_bytes). The
+/// model's forward builds it and the add keeps nothing, so it dies when the model's forward
+/// returns, unless checkpointing keeps it as an input of every checkpointed layer.
+[[nodiscard]] u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq);
+/// How many distinct 4-D masks the model's forward builds for its layers (full / sliding).
+[[nodiscard]] u64 eager_mask_count(const ModelSpec& m);
 
 }  // namespace memfit::detail

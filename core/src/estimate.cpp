@@ -85,10 +85,15 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   const u64 in_flight = role.in_flight;
 
   const u64 shared = role.embedding || role.head ? shared_forward_bytes(m, ar, b, seq) : 0;
+  // After the model's forward: without checkpointing eager attention's 4-D mask is gone (the
+  // score add keeps nothing; measured, peak dump of tuning case
+  // gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: no [2, 1, 512, 512] alive at the
+  // loss backward); checkpointing keeps it as an input of each checkpointed layer.
+  const u64 shared_after = gc || !(role.embedding || role.head) ? shared : sub_floor(shared, eager_mask_bytes(m, ar, b, seq));
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
-    u64 count, kept, full_saved, bwd_t, grad, casts, fwd_t, in_grad, held, down_grad, new_grads;
+    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -102,6 +107,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // autograd keeps nothing; their forward is a no-grad forward
       la.forward_transient = la.recompute_transient = la.inference_transient;
       la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
+      la.mlp_backward_transient = la.attention_backward_transient = la.attention_backward_gross = la.attention_released = 0;
     }
     const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
@@ -118,13 +124,40 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
     // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
     const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
-    u64 down_grad = 0;
-    if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen && !post_ff_norm &&
+    // At the attention block's worst backward moment (eager: softmax's backward) the nodes after
+    // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
+    // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
+    // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
+    u64 down_grad = 0, late_grad = 0;
+    // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
+    // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
+    // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
+    // layer 0's fc2 lora_A [64, 1024] and lora_B [256, 64] gradients at the add)
+    if (r.task != Task::Full && !m.groups[i].moe && !m.groups[i].frozen && r.lora.rank > 0 &&
+        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp)) {
+      u64 adapter_t = 0;
+      const std::vector<Linear>& lins = m.groups[i].linears;
+      for (size_t j = 0; j < lins.size() && j < s.linears[i].saves_input.size(); ++j)
+        if (lins[j].input == LinearInput::MlpHidden && !lins[j].routed && s.linears[i].saves_input[j])
+          adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
+      down_grad = late_grad = scale(rs.grads, adapter_t, total_t);
+    }
+    if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
-      u64 down_t = 0;
-      for (const Linear& lin : m.groups[i].linears)
-        if (lin.input == LinearInput::MlpHidden && !lin.routed) down_t = add(down_t, lin.params());
-      down_grad = scale(fsdp2_units ? mul(rs.grads, l.shard) : rs.grads, down_t, total_t);
+      u64 down_t = 0, late_t = 0;
+      for (const Linear& lin : m.groups[i].linears) {
+        if (lin.routed) continue;
+        if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
+        if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
+          late_t = add(late_t, lin.params());
+      }
+      const u64 grads_base = fsdp2_units ? mul(rs.grads, l.shard) : rs.grads;
+      if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
+      // (Under checkpointing and with fused kernels the attention moment keeps down_proj's
+      // gradient only, as before: with all of them one-shape full gc eager cases of gemma2,
+      // llama and gpt_bigcode overshoot by 1.5-3.9 %, so the recomputed layer's attention moment
+      // is still over in some other term; not established.)
+      late_grad = ar.attention == AttentionImpl::Eager && !gc ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
     // as soon as it is made: the layer's new gradients are not alive all at once, about two of
@@ -132,9 +165,13 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // a [1596, 384] and a [1792, 384] bf16 gradient at the peak mm, no more)
     u64 largest = 0;
     for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
-    const u64 new_grads = std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t)));
-    runs.push_back({count, kept, la.recomputed, la.backward_transient, grad, casts, la.recompute_transient,
-                    la.checkpoint_saved, la.recompute_held, down_grad, new_grads});
+    // LoRA: an adapter's weight gradient is accumulated (AccumulateGrad runs first) before the
+    // base and adapter input gradients are summed, the MLP's worst moment: none is alive then
+    // (measured, peak dump of tuning case codegen/h512-L2-V1024/lora-r64-mlp/fp32/gc/eager/b4s96/sgd/gas2:
+    // only the accumulated .grad next to three fp32 [384, 2048] at the add)
+    const u64 new_grads = r.task == Task::Full ? std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t))) : 0;
+    runs.push_back({count, kept, la.recomputed, la.backward_transient, la.mlp_backward_transient, la.attention_backward_gross, la.attention_released, grad, casts,
+                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
@@ -233,7 +270,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   if (role.head) {
     Moment loss{"loss", {}};
     base(loss);
-    loss.parts["activations"] = add(A, shared);
+    loss.parts["activations"] = add(A, shared_after);
     loss.parts["autocast_weight_copies"] = forward_casts;
     loss.parts["logits_loss"] = add(add(head.saved, head.held_logits), head.loss_forward_peak);
     // FSDP2 without resharding after forward (SHARD_GRAD_OP): every unit is unsharded at the loss,
@@ -260,7 +297,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // FULL_SHARD: at the loss backward only the root unit is unsharded (FSDP2 keeps the root
     // after forward; each layer is all-gathered again by its pre-backward hook)
     if (fsdp && rs.gathered_root > 0) p.parts["communication_buffers"] = rs.gathered_root;
-    p.parts["activations"] = add(A, shared);
+    p.parts["activations"] = add(A, shared_after);
     p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
     p.parts["logits_loss"] = add(add(head.saved, kept_logits), head.loss_backward_peak);
     out.push_back(p);
@@ -286,7 +323,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     Moment q{"backward", {}};
     base(q);
     if (fsdp && rs.gathered_root > 0) q.parts["communication_buffers"] = rs.gathered_root;  // as at the head's backward above
-    q.parts["activations"] = add(A, shared);
+    q.parts["activations"] = add(A, shared_after);
     q.parts["autocast_weight_copies"] = add(casts_total, head_casts);
     q.parts["logits_loss"] = add(sub_floor(head.saved, freed), queued);
     out.push_back(q);
@@ -304,7 +341,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       base(p);
       p.parts["gradients"] = add(persistent_grads, add(grads_done, grads_grow ? mul(done, g.grad) : 0));
       const u64 left = sub_floor(remaining_A, mul(done, g.kept));
-      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, shared);
+      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, shared_after);
       p.parts["autocast_weight_copies"] = sub_floor(remaining_casts, mul(done, g.casts));
       // Checkpointed layer: its recomputed forward (with the incoming gradient alive), then its
       // backward over the recomputed tensors.
@@ -312,10 +349,13 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // down_proj's node has produced its weight (and bias) gradient (measured,
       // bloom/full/fp32/nogc/eager: dense_4h_to_h's 262,656 B of gradient next to BloomGelu's
       // backward temporaries).
-      const u64 bwd_t = add(g.bwd_t, grads_grow ? g.down_grad : 0);
+      // (the attention moment: its transients and gradients, less what the layer's MLP and the
+      // attention block's tail have released by then)
+      const u64 bwd_t = grads_grow ? std::max(add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released))
+                                   : std::max(add(g.mlp_bwd_t, g.new_grads), sub_floor(g.attn_bwd_t, g.attn_released));
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
-      p.parts["temporary_buffers"] = add(layer_t, grads_grow ? 0 : g.new_grads);
+      p.parts["temporary_buffers"] = layer_t;
       p.parts["logits_loss"] = kept_logits;
       const bool first_unit = gi + 1 == runs.size() && done == 0;
       // FSDP2 on later units: the root, the unit's unsharded parameters and its all-gather output
@@ -343,7 +383,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     Moment p{"backward", {}};
     base(p);
     p.parts["gradients"] = rs.grads;
-    p.parts["activations"] = shared;
+    p.parts["activations"] = shared_after;
     const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), total_t);
     p.parts["temporary_buffers"] = mul(grads_kept ? 3 : 2, table);
     out.push_back(p);
