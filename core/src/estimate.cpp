@@ -229,6 +229,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   fwd.parts["activations"] = add(A, shared);
   fwd.parts["autocast_weight_copies"] = forward_casts;
   fwd.parts["temporary_buffers"] = fwd_t_max;
+  if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
   out.push_back(fwd);
   if (role.head) {
     Moment loss{"loss", {}};
@@ -354,6 +355,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   step.parts["gradients"] = r.runtime.optimizer_in_backward ? 0 : rs.grads;
   step.parts["communication_buffers"] = rs.buckets;
   step.parts["temporary_buffers"] = rs.step_temporary;
+  if (head.held_until_next_forward) step.parts["logits_loss"] = head.held_until_next_forward;
   out.push_back(step);
   return out;
 }

@@ -52,15 +52,21 @@ constexpr FrameworkTraits kFrameworks[] = {
      LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true, false,
      "log_memory_stats: torch.cuda.max_memory_allocated / reserved of the step",
      "torchtune models/llama3/_model_builders.py, modules/loss/ce_chunked_output_loss.py, recipes/configs/*_lora*.yaml"},
-    // LitGPT finetune/lora.py: lora_r 8, alpha 16, dropout 0.05, query+value only; precision
-    // get_default_supported_precision(training=True) = "bf16-mixed" (fp32 weights);
-    // model(input_ids, lm_head_chunk_size=128) + chunked_cross_entropy. Its printed
-    // "Memory used" is max_memory_allocated after training, so it includes the final
-    // validation and the sample generation.
-    {Framework::Litgpt, "litgpt", "0.4", "0.5", 0.05, LT::QueryValue,
-     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedOutput, 0, 128, false, true, false,
-     "torch.cuda.max_memory_allocated() at the end: includes validation and generation",
-     "litgpt finetune/lora.py, finetune/full.py, utils.py (chunked_cross_entropy)"},
+    // LitGPT 0.5.13 finetune/lora.py: lora_r 8, alpha 16, dropout 0.05, query+value only (one
+    // LoRAQKVLinear on the fused qkv); precision get_default_supported_precision(training=True)
+    // = "bf16-mixed" (fp32 weights, adapters too; Fabric returns the outputs in fp32);
+    // lora.py runs model(input_ids, lm_head_chunk_size=128), full.py model(input_ids), both
+    // chunked_cross_entropy (128 rows) on the shifted logits, which fit() keeps referenced until
+    // the next forward; torch.optim.AdamW with torch's defaults; no activation checkpointing on
+    // one device. Its printed "Memory used" (create_finetuning_performance_report, CUDA only) is
+    // max_memory_allocated after fit(): the training steps, the 2-batch sanity validation before
+    // them and any interval validation / sample generation, not the final validation (run after
+    // the report). Measured on CPU: validate/frameworks.py run_litgpt.
+    {Framework::Litgpt, "litgpt", "0.4", "0.5.13", 0.05, LT::QueryValue,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedRows, 0, 128, false, true, true,
+     "torch.cuda.max_memory_allocated() after fit(), printed before the final validation: the training steps, the "
+     "sanity validation before them and any interval validation / sample generation",
+     "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy)", false, true},
     // Axolotl: model loaded in bf16 when bf16 is on (its examples set bf16: auto), Trainer
     // underneath; PEFT targets from lora_target_modules / lora_target_linear, dropout 0.0
     // when unset; QLoRA through prepare_model_for_kbit_training.
@@ -200,12 +206,14 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
   if (r.runtime.framework_version.empty()) r.runtime.framework_version = fw.modelled_version;
   const bool lora = r.task == Task::Lora || r.task == Task::Qlora;
   if (!given.lora_dropout) r.lora.dropout = fw.lora_dropout;
-  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 0)
-    r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
   if (fw.quantized_adapters_bf16 && r.task == Task::Qlora && bitsandbytes(r.quantization) && r.lora.adapter_bytes == 0)
     r.lora.adapter_bytes = 2;
   if (!given.precision) resolve_precision(r, fw);
-  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 2 && r.precision == Precision::Fp32) r.lora.adapter_bytes = 4;
+  // adapters in the weights' dtype (the resolved precision's): fp32 in fp32 and under autocast
+  const bool weights_fp32 = r.precision == Precision::Fp32 || r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16;
+  if (fw.adapters_in_model_dtype && (r.lora.adapter_bytes == 0 || (r.lora.adapter_bytes == 2 && r.precision == Precision::Fp32)))
+    r.lora.adapter_bytes = weights_fp32 ? 4 : 2;
+  if (fw.keeps_outputs && !given.drop_outputs) r.runtime.drop_outputs_before_backward = false;
   if (lora && !given.lora_targets) resolve_lora_targets(r, fw);
   resolve_attention(r, given, fw);
   if (!given.prepare_kbit) r.runtime.prepare_kbit = r.task == Task::Qlora && fw.prepare_kbit && bitsandbytes(r.quantization);
