@@ -86,10 +86,11 @@ struct ModuleImpl {
   /// q is built by a cat (contiguous [b, heads, s, d]), so the CPU flash kernel's output has that
   /// layout and the reshape before the output projection is a copy, which a trained o_proj keeps.
   bool attn_output_copied = false;
-  /// One LoRA adapter on the fused q/k/v Linear (LitGPT LoRAQKVLinear): a single dropout of the
-  /// input feeds one lora_A for every enabled projection, and with only some of q/k/v enabled the
-  /// zero-padding index_copy keeps lora_B's output [T, enabled widths].
-  bool fused_qkv_adapter = false;
+  /// One Linear computes q, k and v (LitGPT's attn.qkv): under autocast a trained one keeps one
+  /// half cast of its input, not three; with LoRA one adapter (LoRAQKVLinear) sits on it: a single
+  /// dropout of the input feeds one lora_A for every enabled projection, and with only some of
+  /// q/k/v enabled the zero-padding index_copy keeps lora_B's output [T, enabled widths].
+  bool fused_qkv = false;
 };
 
 /// Frameworks whose models are their own modules (the others run Transformers' modeling code).
@@ -156,7 +157,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   auto qkv_name = [](const std::string& n) { return n == "q_proj" || n == "k_proj" || n == "v_proj"; };
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
     SlotKeep k;
-    bool qkv_adapter_seen = false;  // fused_qkv_adapter: the one dropout and lora_A input are counted
+    bool qkv_seen = false;  // fused_qkv: the one input cast / dropout and lora_A input are counted
     u64 qkv_enabled = 0, qkv_enabled_width = 0;
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
@@ -176,6 +177,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // a parametrised weight (PEFT ParamWrapper: a Transformers 5 router) keeps the input like a
       // trained Linear; the merged weight is counted per layer
       if (full || (i < t.parametrized.size() && t.parametrized[i])) {
+        if (impl.fused_qkv && qkv_name(l.name)) {
+          if (qkv_seen) continue;
+          qkv_seen = true;
+        }
         if (d.amp) k.extra = add(k.extra, mul(2, w, share));
         else if (share == 1) k.shared = true;
         else k.extra = add(k.extra, mul(elem, w, share));
@@ -184,14 +189,14 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
       // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
       // input; autocast keeps its half cast of it instead) plus dropout's mask.
-      if (impl.fused_qkv_adapter && qkv_name(l.name)) {
+      if (impl.fused_qkv && qkv_name(l.name)) {
         ++qkv_enabled;
         qkv_enabled_width = add(qkv_enabled_width, l.out);
-        if (qkv_adapter_seen) {  // lora_A's rows for this projection: its part of the rank-r output
+        if (qkv_seen) {  // lora_A's rows for this projection: its part of the rank-r output
           k.extra = add(k.extra, mul(d.amp ? 2 : adapter_bytes, t.lora_rank));
           continue;
         }
-        qkv_adapter_seen = true;
+        qkv_seen = true;
       }
       const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
       k.masks = add(k.masks, mul(mask, w, share));
