@@ -42,14 +42,14 @@ constexpr FrameworkTraits kFrameworks[] = {
     // DoRA's magnitude to bf16 (the QLoRA paper's recipe; PEFT's autocast_adapter_dtype=False
     // is not supported for quantized models).
     {Framework::Trl, "trl", "1.16", "1.16", 0.05, LT::PeftMapping,
-     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, false, false,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, false, true,
      "none printed", "trl 1.16 trainer/sft_trainer.py (add_fused_lm_head; bf16 adapters when _is_quantized_model), trainer/utils.py",
      true},
     // torchtune 0.6 recipes: dtype bf16, CEWithChunkedOutputLoss (8 chunks), LoRA on
     // q/v/output_proj + MLP in the shipped *_lora configs, lora_dropout 0.0 (model builders),
     // adapters in the model dtype.
     {Framework::Torchtune, "torchtune", "0.1", "0.6.1", 0.0, LT::AttentionOutMlp,
-     LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true, false,
+     LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true, true,
      "log_memory_stats: torch.cuda.max_memory_allocated / reserved of the step",
      "torchtune models/llama3/_model_builders.py, modules/loss/ce_chunked_output_loss.py, recipes/configs/*_lora*.yaml"},
     // LitGPT 0.5.13 finetune/lora.py: lora_r 8, alpha 16, dropout 0.05, query+value only (one
@@ -250,6 +250,12 @@ const FrameworkTraits& framework_traits(Framework f, const std::string& version)
     throw Error(std::string("runtime.framework_version \"") + version + "\" is older than " + first->name + " " +
                 first->since_version + ", the first version memfit models: use " + first->since_version + " or newer");
   return *found;
+}
+
+std::vector<const FrameworkTraits*> framework_rows() {
+  std::vector<const FrameworkTraits*> out;
+  for (const FrameworkTraits& t : kFrameworks) out.push_back(&t);
+  return out;
 }
 
 std::vector<std::string> framework_names() {

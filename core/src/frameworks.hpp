@@ -88,6 +88,9 @@ struct GivenFields {
 /// and task, and rejects a named kernel the model cannot run. Notes what it chose in r.warnings.
 void apply_framework_defaults(Request& r, const GivenFields& given);
 
+/// Every row of the table, in order (one framework may have several version rows).
+[[nodiscard]] std::vector<const FrameworkTraits*> framework_rows();
+
 /// The accepted request values of runtime.framework ("hf" is an alias of "transformers").
 [[nodiscard]] std::vector<std::string> framework_names();
 
