@@ -122,6 +122,20 @@ def litgpt_cases():
                    lora={"rank": 8, "alpha": 16, "targets": "all-linear"}))
     out.append(lit("lora/amp_bf16/nogc/sdpa/gas2", task="lora", precision="amp_bf16", gradient_accumulation_steps=2))
     out.append(lit("full/amp_bf16/nogc/sdpa/sgd", precision="amp_bf16", optimizer="sgd"))
+    # other shapes: multi-head (LoRAQKVLinear's grouped conv1d path) at micro-batch 1 with two full
+    # head chunks; a larger vocabulary at a sequence that is not a multiple of 128; dropout 0
+    mha = json.loads(json.dumps(config))
+    mha["num_key_value_heads"] = mha["num_attention_heads"]
+    out.append(case("llama", "llama/litgpt/lora/bf16/nogc/sdpa/mha-b1s256", config=mha, source=source + ", MHA",
+                    runtime=dict(rt), task="lora", precision="bf16", optimizer="adamw_loop", lora=dict(lora),
+                    micro_batch_size=1, sequence_length=256))
+    v4k = json.loads(json.dumps(config))
+    v4k["vocab_size"] = 4096
+    out.append(case("llama", "llama/litgpt/full/amp_bf16/nogc/sdpa/v4096-b3s200", config=v4k, source=source + ", vocab 4096",
+                    runtime=dict(rt), precision="amp_bf16", optimizer="adamw_loop", micro_batch_size=3,
+                    sequence_length=200))
+    out.append(lit("lora-all/fp32/nogc/sdpa/dropout0", task="lora",
+                   lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}))
     return out
 
 

@@ -281,8 +281,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     q_bytes = mul(p, a, m.head_dim);
     k_bytes = mul(p, a, m.head_dim);
     v_bytes = 0;
-  } else if (m.fused_qkv && rotary) {
-    v_bytes = mul(p, add(qw, mul(2, kw)));  // the v view keeps the whole fused output alive
+  } else if ((m.fused_qkv || impl.fused_qkv) && rotary) {
+    // the v view keeps the whole fused output alive (LitGPT without GQA: measured, peak dump of
+    // llama/litgpt/lora/bf16/nogc/sdpa/mha-b1s256: the [b, s, 3h] qkv output of both layers)
+    v_bytes = mul(p, add(qw, mul(2, kw)));
   }
   const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
   bool out_is_kept = false;   // the attention output tensor is kept by the kernel itself
