@@ -221,6 +221,10 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
   // TRL's SFTConfig defaults to gradient_checkpointing=True.
   if (!given.gradient_checkpointing && r.task != Task::Inference)
     r.gradient_checkpointing = fw.gradient_checkpointing || (r.task == Task::Qlora && r.runtime.prepare_kbit);
+  if (given.loss_chunks && r.runtime.loss_chunks > 1 && fw.loss == LossKind::ChunkedRows)
+    throw Error(std::string("runtime.loss_chunks is torchtune's CEWithChunkedOutputLoss; ") + fw.name +
+                " chunks its loss itself (lm_head_chunk_size=128 in finetune/lora.py, 128-row cross-entropy "
+                "chunks): leave runtime.loss_chunks out");
   if (!given.loss_chunks && fw.loss == LossKind::ChunkedOutput && r.task != Task::Inference)
     r.runtime.loss_chunks = fw.loss_chunks ? fw.loss_chunks : std::max<u64>(1, div_ceil(r.sequence_length, fw.loss_chunk_tokens));
   if (fw.loss == LossKind::FusedLinear && r.task != Task::Inference)
