@@ -1,13 +1,16 @@
 """The frameworks' own training steps, measured by the live-tensor tracker (issue 8, item 3).
 
-workload.py calls `run_framework` when a case names `runtime.framework` explicitly ("transformers"
-/ "hf": HF Trainer; "trl": TRL SFTTrainer; "torchtune": the LoRA/full recipe's step). A case without
+workload.py calls a runner when a case names `runtime.framework` explicitly ("transformers"
+/ "hf": HF Trainer; "trl": TRL SFTTrainer; "torchtune": the LoRA/full recipe's step; "litgpt":
+finetune/full.py's or finetune/lora.py's step, see run_litgpt). A case without
 it runs workload.py's plain loop (model(input_ids, labels) -> loss.backward() -> step), which is what
 Transformers + PEFT do underneath a user's loop.
 
 The framework's code runs unchanged; the measurement hooks only delimit phases:
 - Trainer / SFTTrainer: `compute_loss` and `accelerator.backward` are wrapped on the instance to
   mark the forward and backward phases, and a TrainerCallback marks the step and optimizer phases.
+- LitGPT: its fit() loop is replayed from its source (the Fabric, model, loss and optimizer are
+  LitGPT's and Lightning's own), from LITGPT_DIR (it cannot share the venv).
 - torchtune: the recipe's step is replayed from its source (recipes/lora_finetune_single_device.py,
   full_finetune_single_device.py 0.6.1): the torchtune model builder, CEWithChunkedOutputLoss with
   `model.set_num_output_chunks`, the model's dtype, optimizer.step / zero_grad(set_to_none=True).
