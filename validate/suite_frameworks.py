@@ -134,6 +134,7 @@ def litgpt_cases():
     out.append(case("llama", "llama/litgpt/full/amp_bf16/nogc/sdpa/v4096-b3s200", config=v4k, source=source + ", vocab 4096",
                     runtime=dict(rt), precision="amp_bf16", optimizer="adamw_loop", micro_batch_size=3,
                     sequence_length=200))
+    out.append(lit("full/fp32/nogc/sdpa/b1s320", micro_batch_size=1, sequence_length=320))  # reshape is a view
     out.append(lit("lora-all/fp32/nogc/sdpa/dropout0", task="lora",
                    lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}))
     return out

@@ -738,7 +738,7 @@ HeadActivations trl_fused_head(const ModelSpec& m, const Request& r, u64 norm_sa
 /// one. Fabric converts a half model's outputs to fp32 (MixedPrecision / HalfPrecision
 /// convert_output: torch.get_default_dtype()), so in every precision the logits the loop holds
 /// and the cross-entropy works on are fp32, and so is each chunk's kept log-softmax. The reshape of the sliced logits
-/// is a copy (all rows, or the last chunk's), alive until the loss returns. Backward runs every
+/// is a copy (all rows, or the last chunk's; none at micro-batch 1), alive until the loss returns. Backward runs every
 /// loss chunk before any head chunk: at worst one chunk's nll and log-softmax gradients next to
 /// the remaining log-softmax outputs and the queued gradients (together all rows); the whole
 /// head then meets SplitBackward's cat and SliceBackward's [b, s, V] zeros. fit() keeps `logits`
@@ -761,7 +761,8 @@ HeadActivations chunked_rows_head(const ModelSpec& m, const Request& r, u64 norm
   out.saved = saved;
   out.held_logits = mul(tokens, lg, v);
   out.held_until_next_forward = out.held_logits;
-  const u64 copy_rows = chunked_head ? mul(b, sub_floor(s - (c - 1) * chunk, 1)) : rows;
+  // (at micro-batch 1 the slice is contiguous and reshape a view: no copy)
+  const u64 copy_rows = b == 1 ? 0 : chunked_head ? mul(b, sub_floor(s - (c - 1) * chunk, 1)) : rows;
   // when this step's forward returns: the previous step's logits and the half output being
   // converted, before any log-softmax exists
   const u64 forward_end = add(out.held_logits, d.compute == 2 ? mul(tokens, 2, v) : 0);
