@@ -51,6 +51,14 @@ TEST_CASE("models, gpus and defaults list what the page needs", "[api]") {
   CHECK(d["request"]["lora"]["dropout"] == 0.0);
   CHECK(d["request"]["runtime"].contains("prepare_kbit"));
   CHECK(d["precision_meaning"]["amp_bf16"].get<std::string>().find("fp32 weights") != std::string::npos);
+  // which frameworks' own training steps the CPU validator runs (validate/frameworks.py)
+  for (const json& f : d["frameworks"]) {
+    const std::string name = f["framework"], figures = f["figures"];
+    if (name == "trl") continue;  // 1.16 runs (SFTTrainer), the 1.0 row does not
+    const bool runs = name == "transformers" || name == "torchtune" || name == "litgpt";
+    CHECK(figures.rfind(runs ? "measured on CPU" : "defaults read from its source", 0) == 0);
+  }
+  CHECK(d["frameworks"].size() == 9);  // 8 frameworks, TRL with two version rows
   // the defaults are themselves a valid request
   json req = d["request"];
   CHECK_FALSE(json::parse(estimate_json(req.dump())).contains("error"));

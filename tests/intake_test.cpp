@@ -76,7 +76,17 @@ TEST_CASE("LLaMA-Factory, torchtune and LitGPT recipes map their own keys", "[in
   CHECK(out["request"]["precision"] == "bf16");
   CHECK(out["request"]["gradient_accumulation_steps"] == 8);  // global 8 / micro 1 / 1 device
   CHECK(out["request"]["lora"]["targets"] == json({"q_proj", "v_proj"}));
+  CHECK_FALSE(out["request"].contains("gradient_checkpointing"));  // one device: none
   CHECK(estimates(out["request"]));
+  // on more than one device LitGPT shards with FSDP and checkpoints every Block
+  json input = json::object();
+  std::string error;
+  REQUIRE(memfit::cli::read_launch_config("checkpoint_dir: checkpoints/meta-llama/Llama-2-7b-hf\ndevices: 4\nlora_r: 8\n",
+                                          input, error));
+  out = memfit::intake(input);
+  CHECK(out["request"]["parallelism"]["method"] == "fsdp_full_shard");
+  CHECK(out["request"]["gradient_checkpointing"] == true);
+  CHECK(out["sources"]["gradient_checkpointing"]["key"] == "devices");
 }
 
 TEST_CASE("TrainingArguments as JSON or as command-line flags; DeepSpeed and accelerate files", "[intake]") {

@@ -166,6 +166,8 @@ TEST_CASE("issue 8 schema: framework, its version, lora.dropout, prepare_kbit, f
   CHECK_THAT(error_of(bad), Catch::Matchers::Contains("older than trl 1.0"));
   bad["runtime"] = {{"framework", "trl"}, {"framework_version", "latest"}};
   CHECK_THAT(error_of(bad), Catch::Matchers::Contains("framework_version"));
+  bad["runtime"] = {{"framework", "litgpt"}, {"loss_chunks", 8}};  // LitGPT chunks its own loss
+  CHECK_THAT(error_of(bad), Catch::Matchers::Contains("leave runtime.loss_chunks out"));
   bad = base();
   bad["lora"] = {{"dropout", 1.0}};
   CHECK_THAT(error_of(bad), Catch::Matchers::Contains("lora.dropout"));

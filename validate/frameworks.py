@@ -1,13 +1,16 @@
 """The frameworks' own training steps, measured by the live-tensor tracker (issue 8, item 3).
 
-workload.py calls `run_framework` when a case names `runtime.framework` explicitly ("transformers"
-/ "hf": HF Trainer; "trl": TRL SFTTrainer; "torchtune": the LoRA/full recipe's step). A case without
+workload.py calls a runner when a case names `runtime.framework` explicitly ("transformers"
+/ "hf": HF Trainer; "trl": TRL SFTTrainer; "torchtune": the LoRA/full recipe's step; "litgpt":
+finetune/full.py's or finetune/lora.py's step, see run_litgpt). A case without
 it runs workload.py's plain loop (model(input_ids, labels) -> loss.backward() -> step), which is what
 Transformers + PEFT do underneath a user's loop.
 
 The framework's code runs unchanged; the measurement hooks only delimit phases:
 - Trainer / SFTTrainer: `compute_loss` and `accelerator.backward` are wrapped on the instance to
   mark the forward and backward phases, and a TrainerCallback marks the step and optimizer phases.
+- LitGPT: its fit() loop is replayed from its source (the Fabric, model, loss and optimizer are
+  LitGPT's and Lightning's own), from LITGPT_DIR (it cannot share the venv).
 - torchtune: the recipe's step is replayed from its source (recipes/lora_finetune_single_device.py,
   full_finetune_single_device.py 0.6.1): the torchtune model builder, CEWithChunkedOutputLoss with
   `model.set_num_output_chunks`, the model's dtype, optimizer.step / zero_grad(set_to_none=True).
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 from typing import Any, Dict
 
@@ -253,4 +257,157 @@ def run_torchtune(req, cfg, device, dtype, meter, setup):
                     tr.track_optimizer(opt)
             with meter.phase(f"{sp}.zero_grad", "other"):
                 opt.zero_grad(set_to_none=True)
+    return model
+
+
+# ---------------------------------------------------------------------------------- LitGPT
+# LitGPT pins huggingface-hub<1.4 while transformers 5.23 needs a newer one, so it cannot live in
+# the validation venv: scripts/setup_python.sh installs it and the pieces of Lightning it imports
+# without their dependencies into this folder (validate/requirements-litgpt.txt), which only the
+# LitGPT runner puts on sys.path.
+LITGPT_DIR = os.environ.get("MEMFIT_LITGPT", os.path.join(os.path.expanduser("~"), ".cache", "memfit", "litgpt"))
+# memfit precision -> Lightning Fabric precision (LitGPT's --precision); LitGPT's default on a
+# bf16-capable device is "bf16-mixed" (utils.get_default_supported_precision(training=True))
+LITGPT_PRECISION = {"fp32": "32-true", "amp_bf16": "bf16-mixed", "bf16": "bf16-true"}
+# memfit optimizer -> the class LitGPT's instantiate_torch_optimizer builds from its --optimizer
+# string ("AdamW", the default: torch.optim.AdamW with torch's defaults, i.e. foreach on CUDA and
+# the per-tensor loop on CPU)
+LITGPT_OPTIMIZER = {"adamw": "AdamW", "adamw_loop": "AdamW", "sgd": "SGD"}
+LITGPT_LORA = {"q_proj": "lora_query", "k_proj": "lora_key", "v_proj": "lora_value", "o_proj": "lora_projection"}
+
+
+def import_litgpt():
+    """litgpt from LITGPT_DIR; a missing install is an error (not a skip): CI must measure it."""
+    if not os.path.isdir(os.path.join(LITGPT_DIR, "litgpt")):
+        raise RuntimeError(f"litgpt is not installed in {LITGPT_DIR}: run `scripts/setup.sh python` "
+                           f"(or set MEMFIT_LITGPT to where validate/requirements-litgpt.txt was installed)")
+    if LITGPT_DIR not in sys.path:
+        sys.path.insert(0, LITGPT_DIR)
+    import litgpt  # noqa: F401
+    return litgpt
+
+
+def litgpt_config(req, cfg: Dict[str, Any]):
+    """A litgpt.lora.Config with the HF llama config's shapes (what litgpt's own "Llama-3.2-1B"
+    entry sets: RMSNorm, LLaMAMLP, no biases, full rotary, sequential residual), the LoRA fields of
+    finetune/lora.py's setup(): r 8, alpha 16, dropout 0.05, query and value unless the case names
+    its targets. No checkpoint is read: the weights are LitGPT's random init."""
+    from workload import Unsupported
+    from litgpt.lora import Config
+    if cfg.get("model_type") != "llama":
+        raise Unsupported("the LitGPT runner maps llama-style configs only")
+    if cfg.get("tie_word_embeddings", False):
+        raise Unsupported("LitGPT's llama GPT does not tie the LM head to the embedding: give tie_word_embeddings false")
+    task = req.get("task", "full")
+    heads = cfg["num_attention_heads"]
+    kw = dict(name="memfit-tiny", block_size=int(cfg.get("max_position_embeddings", 4096)),
+              vocab_size=cfg["vocab_size"], padded_vocab_size=cfg["vocab_size"], n_layer=cfg["num_hidden_layers"],
+              n_head=heads, n_embd=cfg["hidden_size"], n_query_groups=cfg.get("num_key_value_heads", heads),
+              head_size=cfg.get("head_dim", cfg["hidden_size"] // heads), rotary_percentage=1.0,
+              parallel_residual=False, bias=False, norm_class_name="RMSNorm", norm_eps=cfg.get("rms_norm_eps", 1e-5),
+              mlp_class_name="LLaMAMLP", intermediate_size=cfg["intermediate_size"],
+              rope_base=int(cfg.get("rope_theta", 10000)))
+    if task != "full":
+        lo = req.get("lora") or {}
+        rank = int(lo.get("rank", 8))
+        kw.update(lora_r=rank, lora_alpha=int(lo.get("alpha", 16)), lora_dropout=float(lo.get("dropout", 0.05)))
+        targets = lo.get("targets", ["q_proj", "v_proj"])
+        mlp = ("gate_proj", "up_proj", "down_proj")
+        if targets == "all-linear":
+            targets = list(LITGPT_LORA) + list(mlp)
+        unknown = [t for t in targets if t not in LITGPT_LORA and t not in mlp]
+        if unknown or (any(t in targets for t in mlp) and not all(t in targets for t in mlp)):
+            raise Unsupported(f"LitGPT's lora_* flags cannot express targets {targets} (lora_mlp adapts all three MLP Linears)")
+        kw.update({flag: t in targets for t, flag in LITGPT_LORA.items()})
+        kw["lora_mlp"] = all(t in targets for t in mlp)
+    return Config(**kw)
+
+
+def run_litgpt(req, cfg, device, meter, setup):
+    """LitGPT 0.5.13's finetune step (finetune/full.py and finetune/lora.py, single device): a
+    Fabric with the case's precision, GPT built under fabric.init_module, LoRA frozen by
+    mark_only_lora_as_trainable, fabric.setup_module, instantiate_torch_optimizer + setup_optimizers;
+    each micro-batch: full.py `model(input_ids)` and chunked_cross_entropy(logits[..., :-1, :],
+    targets[..., 1:]); lora.py `model(input_ids, lm_head_chunk_size=128)`, the last chunk sliced,
+    chunked_cross_entropy over the chunks; fabric.backward(loss / accumulation); then
+    optimizer.step() and optimizer.zero_grad() (set_to_none). fit() first sets model.max_seq_length
+    to the longest sequence. Not run: the sanity validation before training and the sample
+    generation (no_grad, before the first optimizer state / after training)."""
+    from workload import Unsupported
+    task = req.get("task", "full")
+    precision = req.get("precision", "amp_bf16")
+    if task == "qlora":
+        raise Unsupported("LitGPT's QLoRA goes through Lightning's BitsandbytesPrecision, which quantizes on CUDA "
+                          "only (lightning 2.6 fabric/plugins/precision/bitsandbytes.py: 'Unexpected device type')")
+    if precision not in LITGPT_PRECISION:
+        raise Unsupported(f"precision {precision!r}: LitGPT's CPU runs here are 32-true, bf16-mixed, bf16-true")
+    if req.get("gradient_checkpointing", False):
+        raise Unsupported("LitGPT's single-device finetune scripts have no activation checkpointing "
+                          "(only FSDPStrategy(activation_checkpointing_policy=...) with devices > 1)")
+    opt_name = req.get("optimizer", "adamw")
+    if opt_name not in LITGPT_OPTIMIZER:
+        raise Unsupported(f"optimizer {opt_name!r}: LitGPT's CPU default is torch.optim.AdamW (memfit 'adamw_loop')")
+    litgpt = import_litgpt()
+    import lightning as L
+    from litgpt.lora import GPT, mark_only_lora_as_trainable
+    from litgpt.utils import chunked_cross_entropy, instantiate_torch_optimizer
+
+    tr = meter.tracker
+    mbs, seq = int(req.get("micro_batch_size", 1)), int(req.get("sequence_length", 128))
+    steps, gas = int(req.get("steps", 2)), int(req.get("gradient_accumulation_steps", 1))
+    fabric = L.Fabric(accelerator=device.type, devices=1, strategy="auto", precision=LITGPT_PRECISION[precision])
+    config = litgpt_config(req, cfg)
+    with meter.phase("model_load", "other"):
+        with fabric.init_module(empty_init=False):
+            model = GPT(config)
+        if task != "full":
+            mark_only_lora_as_trainable(model)
+        model = fabric.setup_module(model)
+        model.max_seq_length = seq  # fit(): min(longest sequence, train.max_seq_length)
+        if tr is not None:
+            tr.track_module(model, grad_hooks=False)
+    meter.forget_build_peak()
+    with meter.phase("optimizer_create", "optimizer_state"):
+        optimizer = fabric.setup_optimizers(instantiate_torch_optimizer(LITGPT_OPTIMIZER[opt_name], model.parameters()))
+    if tr is not None:
+        tr.track_module(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    setup.update(framework_impl=f"litgpt {litgpt.__version__ if hasattr(litgpt, '__version__') else '0.5.13'} "
+                                f"finetune/{'full' if task == 'full' else 'lora'}.py step, lightning {L.__version__}",
+                 model_class="litgpt.lora.GPT", fabric_precision=LITGPT_PRECISION[precision],
+                 num_parameters=int(sum(p.numel() for p in model.parameters())),
+                 trainable_parameters=int(sum(p.numel() for p in params)), loss="litgpt.utils.chunked_cross_entropy",
+                 lm_head_chunk_size=0 if task == "full" else 128, peak_excludes_model_build=True,
+                 optimizer={"name": opt_name, "impl": f"instantiate_torch_optimizer({LITGPT_OPTIMIZER[opt_name]!r})"})
+    g = torch.Generator().manual_seed(int(req.get("seed", 1234)))
+    model.train()
+    for step in range(1, steps + 1):
+        sp = f"step{step}"
+        with meter.phase(sp):
+            for _ in range(gas):
+                with meter.phase(f"{sp}.batch", "input"):
+                    input_ids = torch.randint(0, config.vocab_size, (mbs, seq), generator=g).to(device)
+                    targets = input_ids.clone()
+                    if tr is not None:
+                        tr.track_tensors([input_ids, targets], "input")
+                with meter.phase(f"{sp}.forward", "activation"):
+                    if task == "full":
+                        logits = model(input_ids)
+                        loss = chunked_cross_entropy(logits[..., :-1, :], targets[..., 1:])
+                    else:
+                        logits = model(input_ids, lm_head_chunk_size=128)
+                        logits[-1] = logits[-1][..., :-1, :]
+                        loss = chunked_cross_entropy(logits, targets[..., 1:])
+                with meter.phase(f"{sp}.backward", "backward_temp"):
+                    fabric.backward(loss / gas)
+                    if tr is not None:
+                        tr.track_grads(model)
+                # no `del`: like fit()'s loop variables, this micro-batch's logits, loss and batch stay
+                # alive through the optimizer step until the next forward has returned
+            with meter.phase(f"{sp}.optimizer", "optimizer_temp"):
+                optimizer.step()
+                if tr is not None:
+                    tr.track_optimizer(optimizer)
+            with meter.phase(f"{sp}.zero_grad", "other"):
+                optimizer.zero_grad()
     return model

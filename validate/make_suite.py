@@ -90,6 +90,9 @@ def fixed_cases():
                       lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "v_proj"]}))
     cases.append(case(L, "llama/lora-qv/bf16/gc/sdpa", task="lora", precision="bf16", gradient_checkpointing=True,
                       lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "v_proj"]}))
+    # LoRA under autocast without checkpointing: layer 0's frozen q/k/v keep no weight cast
+    cases.append(case(L, "llama/lora-qv/amp_bf16/nogc/sdpa", task="lora", precision="amp_bf16",
+                      lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "v_proj"]}))
     for fam in ("llama", "mixtral", "gpt2"):
         for prec in ("fp32", "bf16"):
             cases.append(case(fam, f"{fam}/inference/{prec}/sdpa", task="inference", precision=prec,

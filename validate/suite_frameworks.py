@@ -18,7 +18,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from make_suite import ROOT, case  # noqa: E402
+from make_suite import ROOT, case, cfg  # noqa: E402
 
 OUT = os.path.join(ROOT, "data", "validation", "cpu_suite_frameworks.json")
 LORA = {"rank": 8, "alpha": 16, "targets": "all-linear"}
@@ -105,8 +105,59 @@ def framework_cases():
     return out
 
 
+def litgpt_cases():
+    """LitGPT 0.5.13's finetune/full.py and finetune/lora.py steps (validate/frameworks.py run_litgpt)
+    on llama-tiny's shapes as a litgpt.Config. LitGPT's llama GPT has its own lm_head (no tying) and
+    plain rotary tables, so the config drops tie_word_embeddings and rope_scaling. LoRA with
+    LitGPT's defaults (r 8, alpha 16, dropout 0.05 on query and value) unless named; its default
+    optimizer "AdamW" is torch.optim.AdamW(), the per-tensor loop on CPU (memfit "adamw_loop").
+    Not here: QLoRA (Lightning's BitsandbytesPrecision quantizes on CUDA only) and checkpointing
+    (none on one device)."""
+    config = cfg("llama")
+    config["tie_word_embeddings"] = False
+    del config["rope_scaling"]
+    source = "data/validation/tiny_configs/llama-tiny.json, untied, no rope_scaling"
+    rt = {"framework": "litgpt"}
+    lora = {"rank": 8, "alpha": 16}
+
+    def lit(name, **kw):
+        kw.setdefault("optimizer", "adamw_loop")
+        if kw.get("task") == "lora":
+            kw.setdefault("lora", dict(lora))
+        return case("llama", f"llama/litgpt/{name}", config=json.loads(json.dumps(config)), source=source,
+                    runtime=dict(rt), **kw)
+
+    out = []
+    for prec in ("fp32", "amp_bf16", "bf16"):
+        out.append(lit(f"full/{prec}/nogc/sdpa", precision=prec))
+        out.append(lit(f"lora/{prec}/nogc/sdpa", task="lora", precision=prec))
+    # several loss chunks: 5 row chunks of the full head; 3 head chunks (128, 128, 64 positions)
+    out.append(lit("full/fp32/nogc/sdpa/s320", sequence_length=320))
+    out.append(lit("lora/amp_bf16/nogc/sdpa/s320", task="lora", precision="amp_bf16", sequence_length=320))
+    out.append(lit("lora-all/bf16/nogc/sdpa", task="lora", precision="bf16",
+                   lora={"rank": 8, "alpha": 16, "targets": "all-linear"}))
+    out.append(lit("lora/amp_bf16/nogc/sdpa/gas2", task="lora", precision="amp_bf16", gradient_accumulation_steps=2))
+    out.append(lit("full/amp_bf16/nogc/sdpa/sgd", precision="amp_bf16", optimizer="sgd"))
+    # other shapes: multi-head (LoRAQKVLinear's grouped conv1d path) at micro-batch 1 with two full
+    # head chunks; a larger vocabulary at a sequence that is not a multiple of 128; dropout 0
+    mha = json.loads(json.dumps(config))
+    mha["num_key_value_heads"] = mha["num_attention_heads"]
+    out.append(case("llama", "llama/litgpt/lora/bf16/nogc/sdpa/mha-b1s256", config=mha, source=source + ", MHA",
+                    runtime=dict(rt), task="lora", precision="bf16", optimizer="adamw_loop", lora=dict(lora),
+                    micro_batch_size=1, sequence_length=256))
+    v4k = json.loads(json.dumps(config))
+    v4k["vocab_size"] = 4096
+    out.append(case("llama", "llama/litgpt/full/amp_bf16/nogc/sdpa/v4096-b3s200", config=v4k, source=source + ", vocab 4096",
+                    runtime=dict(rt), precision="amp_bf16", optimizer="adamw_loop", micro_batch_size=3,
+                    sequence_length=200))
+    out.append(lit("full/fp32/nogc/sdpa/b1s320", micro_batch_size=1, sequence_length=320))  # reshape is a view
+    out.append(lit("lora-all/fp32/nogc/sdpa/dropout0", task="lora",
+                   lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}))
+    return out
+
+
 def cases():
-    return qlora_cases() + optimizer_cases() + lora_dropout_cases() + framework_cases()
+    return qlora_cases() + optimizer_cases() + lora_dropout_cases() + framework_cases() + litgpt_cases()
 
 
 def main():

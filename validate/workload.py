@@ -15,7 +15,7 @@ Request schema (see validate/README in NOTES.md):
   task: full | lora | qlora | inference   (qlora: from_pretrained + BitsAndBytesConfig on a random-weight
         checkpoint, bitsandbytes' CPU backend on CPU; quantization nf4 | nf4_double | fp4 | int8;
         runtime.prepare_kbit (default true): PEFT prepare_model_for_kbit_training)
-  runtime.framework: transformers | hf | trl | torchtune -> the framework's own step (frameworks.py);
+  runtime.framework: transformers | hf | trl | torchtune | litgpt -> the framework's own step (frameworks.py);
         absent -> the plain loop below
   lora: {rank, alpha, targets: [..] | "all-linear", dropout}
   precision: fp32 | amp_bf16 | amp_fp16 | bf16 | fp16
@@ -669,6 +669,11 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
                 from frameworks import run_torchtune
                 setup["framework"] = "torchtune"
                 run_torchtune(req, cfg_dict, device, dtype, meter, setup)
+                raise _Done()
+            if (req.get("runtime") or {}).get("framework") == "litgpt" and task != "inference":
+                from frameworks import run_litgpt
+                setup["framework"] = "litgpt"
+                run_litgpt(req, cfg_dict, device, meter, setup)
                 raise _Done()
             with meter.phase("model_load", "other"):
                 if task == "qlora":

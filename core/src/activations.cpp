@@ -98,14 +98,28 @@ struct ModuleImpl {
   /// RMSNorm is F.rms_norm(x.float(), weight).to(dtype) (modules/rms_norm.py): a trained weight
   /// keeps the fp32 normalised value, whatever the model dtype.
   bool norm_normalised_fp32 = false;
-  /// RotaryPositionalEmbeddings multiplies an fp32 view of q/k by its cache slice [s, d/2, 2]
-  /// fp32, the one tensor the muls keep (instead of cos and sin [s, d] in the model dtype).
-  bool rope_cache_fp32 = false;
+  /// Bytes per (position, rotary dim) of the rotary tables the q/k muls keep; 0: Transformers'
+  /// cos and sin [s, d] in the compute dtype. torchtune's RotaryPositionalEmbeddings keeps one
+  /// fp32 cache slice [s, d/2, 2] (4); LitGPT's GPT keeps its cos and sin buffers [s, d], rebuilt
+  /// in fp32 when fit() sets max_seq_length (8).
+  u64 rope_bytes = 0;
+  /// q is built by a cat (contiguous [b, heads, s, d]), so the CPU flash kernel's output has that
+  /// layout and the reshape before the output projection is a copy, which a trained o_proj keeps.
+  bool attn_output_copied = false;
+  /// One Linear computes q, k and v (LitGPT's attn.qkv): under autocast a trained one keeps one
+  /// half cast of its input, not three; with LoRA one adapter (LoRAQKVLinear) sits on it: a single
+  /// dropout of the input feeds one lora_A for every enabled projection, and with only some of
+  /// q/k/v enabled the zero-padding index_copy keeps lora_B's output [T, enabled widths].
+  bool fused_qkv = false;
 };
 
 /// Frameworks whose models are their own modules (the others run Transformers' modeling code).
 constexpr std::pair<Framework, ModuleImpl> kOwnModules[] = {
-    {Framework::Torchtune, {true, true, true}},  // torchtune 0.6.1 modules/ (measured, validate/frameworks.py)
+    {Framework::Torchtune, {true, true, 4, false, false}},  // torchtune 0.6.1 modules/ (measured, validate/frameworks.py)
+    // LitGPT 0.5.13 model.py / lora.py: k and v repeat_interleave'd to every query head, RMSNorm
+    // multiplies the fp32 x_normed by weight.float(), q = cat(apply_rope(q), ...), LoRAQKVLinear
+    // (measured, peak dumps of the litgpt cases of validate/suite_frameworks.py)
+    {Framework::Litgpt, {true, true, 8, true, true}},
 };
 
 ModuleImpl module_impl(const Request& r) {
@@ -169,8 +183,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // The input is kept whether or not the Linear has an adapter, and checkpointing's saved-tensor
   // hooks never see it: it stays alive from the layer's first forward to the Linear's backward.
   const bool int8_ctx = r.task == Task::Qlora && r.quantization == Quantization::Int8;
+  const ModuleImpl impl = module_impl(r);
+  auto qkv_name = [](const std::string& n) { return n == "q_proj" || n == "k_proj" || n == "v_proj"; };
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
     SlotKeep k;
+    bool qkv_seen = false;  // fused_qkv: the one input cast / dropout and lora_A input are counted
+    u64 qkv_enabled = 0, qkv_enabled_width = 0;
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
       bool reads = false;
@@ -190,6 +208,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // a parametrised weight (PEFT ParamWrapper: a Transformers 5 router) keeps the input like a
       // trained Linear; the merged weight is counted per layer
       if (full || (i < t.parametrized.size() && t.parametrized[i])) {
+        if (impl.fused_qkv && qkv_name(l.name)) {
+          if (qkv_seen) continue;
+          qkv_seen = true;
+        }
         if (d.amp) k.extra = add(k.extra, mul(2, w, share));
         else if (share == 1) k.shared = true;
         else k.extra = add(k.extra, mul(elem, w, share));
@@ -198,6 +220,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
       // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
       // input; autocast keeps its half cast of it instead) plus dropout's mask.
+      if (impl.fused_qkv && qkv_name(l.name)) {
+        ++qkv_enabled;
+        qkv_enabled_width = add(qkv_enabled_width, l.out);
+        if (qkv_seen) {  // lora_A's rows for this projection: its part of the rank-r output
+          k.extra = add(k.extra, mul(d.amp ? 2 : adapter_bytes, t.lora_rank));
+          continue;
+        }
+        qkv_seen = true;
+      }
       const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
       k.masks = add(k.masks, mul(mask, w, share));
       if (d.amp) k.extra = add(k.extra, mul(add(mul(2, add(w, t.lora_rank)), mul(mask, w)), share));
@@ -208,6 +239,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
       }
     }
+    // LoRAQKVLinear.zero_pad: index_copy_ keeps its source, lora_B's output in the compute dtype
+    if (qkv_enabled > 0 && qkv_enabled < 3) k.extra = add(k.extra, mul(d.compute, qkv_enabled_width));
     k.ctx_only = k.ctx_held && !k.shared;
     k.shared = k.shared || k.ctx_held;
     return k;
@@ -223,7 +256,6 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // Gemma's RMSNorm multiplies in fp32 by (1 + weight): a trained weight makes it keep the fp32
   // x_hat, and the mul keeps the fp32 (1 + weight) [h] (a per-layer constant, counted below).
   const bool gemma_norm = m.family == "gemma" || m.family == "gemma2" || m.family == "gemma3_text";
-  const ModuleImpl impl = module_impl(r);
   u64 norms_in_layer = 0;
   auto norm = [&](bool input_is_shared_residual) {
     const u64 in = d.residual;
@@ -291,8 +323,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     q_bytes = mul(p, a, m.head_dim);
     k_bytes = mul(p, a, m.head_dim);
     v_bytes = 0;
-  } else if (m.fused_qkv && rotary) {
-    v_bytes = mul(p, add(qw, mul(2, kw)));  // the v view keeps the whole fused output alive
+  } else if ((m.fused_qkv || impl.fused_qkv) && rotary) {
+    // the v view keeps the whole fused output alive (LitGPT without GQA: measured, peak dump of
+    // llama/litgpt/lora/bf16/nogc/sdpa/mha-b1s256: the [b, s, 3h] qkv output of both layers)
+    v_bytes = mul(p, add(qw, mul(2, kw)));
   }
   const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
   bool out_is_kept = false;   // the attention output tensor is kept by the kernel itself
@@ -481,7 +515,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // follows that layout, and transpose(1, 2).contiguous() is a copy that o_proj keeps (measured,
   // peakdump phi3-tiny lora fp32 sdpa: clone (2,64,8,16) next to the SDPA output)
   const bool cat_rotary = m.family == "phi" || m.family == "phi3" || m.family == "stablelm" || m.family == "gpt_neox";
-  if (o_in.shared && out_is_kept && cat_rotary && r.device == Device::Cpu && r.attention == AttentionImpl::Sdpa)
+  if (o_in.shared && out_is_kept && (cat_rotary || impl.attn_output_copied) && r.device == Device::Cpu &&
+      r.attention == AttentionImpl::Sdpa)
     keep(mul(p, ow));
   keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));  // residual dropout after o_proj
   // Gemma2/Gemma3 also normalise the attention and MLP outputs before the residual add
@@ -869,6 +904,46 @@ HeadActivations trl_fused_head(const ModelSpec& m, const Request& r, u64 norm_sa
   return out;
 }
 
+/// LitGPT 0.5.13's loss (utils.py chunked_cross_entropy, chunk_size 128, on `logits[..., :-1, :]`
+/// and `targets[..., 1:]`: b (s - 1) rows). finetune/full.py runs the head whole; finetune/lora.py
+/// runs it in chunks of `chunk` positions (model(..., lm_head_chunk_size=128)) and slices the last
+/// one. Fabric converts a half model's outputs to fp32 (MixedPrecision / HalfPrecision
+/// convert_output: torch.get_default_dtype()), so in every precision the logits the loop holds
+/// and the cross-entropy works on are fp32, and so is each chunk's kept log-softmax. The reshape of the sliced logits
+/// is a copy (all rows, or the last chunk's; none at micro-batch 1), alive until the loss returns. Backward runs every
+/// loss chunk before any head chunk: at worst one chunk's nll and log-softmax gradients next to
+/// the remaining log-softmax outputs and the queued gradients (together all rows); the whole
+/// head then meets SplitBackward's cat and SliceBackward's [b, s, V] zeros. fit() keeps `logits`
+/// until the next forward has returned. (Measured: peak dumps of the litgpt cases of
+/// validate/suite_frameworks.py, e.g. litgpt/lora/amp_bf16/s320: two bf16 -> fp32 chunk pairs.)
+HeadActivations chunked_rows_head(const ModelSpec& m, const Request& r, u64 norm_saved, bool head_trainable, u64 tokens,
+                                  u64 chunk) {
+  const Dtypes d = dtypes_for(r);
+  const u64 b = std::max<u64>(1, r.micro_batch_size), s = tokens / b, h = m.hidden, v = m.vocab;
+  const u64 rows = sub_floor(tokens, b);  // the shifted positions
+  const u64 lg = 4;  // logits as the loop sees them (Fabric's convert_output)
+  const bool chunked_head = r.task != Task::Full;
+  const u64 c = chunked_head ? std::max<u64>(1, div_ceil(s, chunk)) : 1;
+  HeadActivations out;
+  u64 saved = mul(tokens, norm_saved);
+  if (head_trainable) saved = add(saved, mul(tokens, d.amp ? 2 : d.residual, h));  // lm_head's input (its half cast)
+  saved = add(saved, mul(rows, add(mul(lg, v), 8)));  // log-softmax outputs, int64 targets
+  // autocast caches no cast of a frozen weight: each chunk's mm keeps its own half lm_head
+  if (d.amp && !head_trainable) saved = add(saved, mul(c - 1, mul(2, v, h)));
+  out.saved = saved;
+  out.held_logits = mul(tokens, lg, v);
+  out.held_until_next_forward = out.held_logits;
+  // (at micro-batch 1 the slice is contiguous and reshape a view: no copy)
+  const u64 copy_rows = b == 1 ? 0 : chunked_head ? mul(b, sub_floor(s - (c - 1) * chunk, 1)) : rows;
+  // when this step's forward returns: the previous step's logits and the half output being
+  // converted, before any log-softmax exists
+  const u64 forward_end = add(out.held_logits, d.compute == 2 ? mul(tokens, 2, v) : 0);
+  out.loss_forward_peak = std::max(mul(copy_rows, lg, v), sub_floor(forward_end, mul(rows, lg, v)));
+  const u64 chunk_rows = chunked_head ? mul(b, std::min(s, chunk)) : std::min(rows, chunk);
+  out.loss_backward_peak = mul(std::max(mul(2, chunk_rows), chunked_head ? 0 : tokens), lg, v);
+  return out;
+}
+
 HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head_trainable, u64 tokens) {
   const Dtypes d = dtypes_for(r);
   const u64 p = d.compute;
@@ -890,9 +965,10 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
   } else {
     saved = add(mul(d.residual, h), 8);
   }
-  if (framework_traits(r.runtime.framework, r.runtime.framework_version).loss == LossKind::FusedLinear &&
-      r.runtime.framework == Framework::Trl)
+  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
+  if (fw.loss == LossKind::FusedLinear && r.runtime.framework == Framework::Trl)
     return trl_fused_head(m, r, saved, head_trainable, tokens);
+  if (fw.loss == LossKind::ChunkedRows) return chunked_rows_head(m, r, saved, head_trainable, tokens, fw.loss_chunk_tokens);
   if (head_trainable) saved = add(saved, mul(d.amp ? 2 : d.residual, h));
   const u64 logits_bytes = (m.logits_fp32_in_model || p == 4) ? 4 : p;
   out.held_logits = mul(tokens, logits_bytes, v);
@@ -942,7 +1018,7 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   u64 bytes = mul(tokens, 8);  // input ids (int64); labels are the same tensor
   const bool rotary = !m.learned_positions && !m.alibi;
   // cos and sin [1, s, rotary_dim] (position_ids default to one row shared by the batch)
-  const u64 rope_elem = module_impl(r).rope_cache_fp32 ? 4 : mul(2, d.compute);  // per (position, rotary dim)
+  const u64 rope_elem = module_impl(r).rope_bytes ? module_impl(r).rope_bytes : mul(2, d.compute);  // per (position, rotary dim)
   if (rotary) bytes = add(bytes, mul(seq, rope_elem, m.attention == AttentionKind::MultiLatent ? m.qk_rope_head_dim : m.head_dim));
   bool windowed = false;  // a sliding window shorter than the sequence: SDPA gets an explicit mask
   for (const LayerGroup& g : m.groups)

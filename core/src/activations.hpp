@@ -79,6 +79,8 @@ struct HeadActivations {
   u64 held_logits = 0;        ///< logits tensor referenced by the model output
   u64 loss_forward_peak = 0;  ///< extra live while the loss is computed (beyond saved/held)
   u64 loss_backward_peak = 0; ///< live during the loss + head backward (gradient buffers)
+  u64 held_until_next_forward = 0;  ///< logits the training loop still references through the
+                                    ///< optimizer step and the next forward (LitGPT's fit())
 };
 [[nodiscard]] HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head_trainable, u64 tokens);
 

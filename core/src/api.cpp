@@ -10,6 +10,8 @@
 #include "memfit/planner.hpp"
 #include "memfit/serving.hpp"
 
+#include "frameworks.hpp"
+
 namespace memfit {
 
 using nlohmann::json;
@@ -263,9 +265,16 @@ std::string defaults_json() {
     for (const EngineProfile& p : engine_profiles())
       engines.push_back({{"engine", p.engine}, {"label", p.label}, {"first_version", p.first_version},
                          {"default_block_size", p.default_block_size}, {"source", p.source}});
+    // Each framework row: whether memfit's CPU validator runs that framework's own step.
+    json frameworks = json::array();
+    for (const FrameworkTraits* t : framework_rows())
+      frameworks.push_back({{"framework", t->name}, {"since_version", t->since_version}, {"modelled_version", t->modelled_version},
+                            {"figures", t->measured_on_cpu ? "measured on CPU (memfit validate runs its own training step)"
+                                                           : "defaults read from its source; its training step is not measured"},
+                            {"memory_report", t->memory_report}, {"source", t->source}});
     return json{{"version", kVersion}, {"request", request_to_json(r)}, {"options", request_options()},
                 {"serving", serving_setup_to_json(ServingSetup{})}, {"serving_engines", engines},
-                {"precision_meaning", precision_meanings()}};
+                {"precision_meaning", precision_meanings()}, {"frameworks", frameworks}};
   });
 }
 

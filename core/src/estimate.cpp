@@ -97,6 +97,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
+  u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
   const u64 total_t = std::max<u64>(1, rs.trainable);
   for (size_t i = 0; i < m.groups.size(); ++i) {
     const u64 count = role.layers[i];
@@ -180,6 +181,15 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
     if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen) {
       A = sub_floor(A, mul(in_flight, la.first_norm));
+      // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
+      // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
+      // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
+      if (s.groups[i].casts > 0) {
+        u64 unsaved = 0;
+        for (const Linear& lin : m.groups[i].linears)
+          if (lin.input == LinearInput::AttnIn) unsaved = add(unsaved, mul(2, lin.weight_params()));
+        first_unsaved_casts = mul(in_flight, div_ceil(unsaved, l.tp));
+      }
       // In a parallel block the MLP reads that norm's output too: with no adapter on the MLP its
       // first-layer ops get no input needing a gradient and keep nothing (measured, tuning cases
       // phi/h256-L4-V1024/lora-r8-attn/fp32/nogc/sdpa/b2s48/adamw_fused and
@@ -208,7 +218,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       if (m.parallel_block && !attn_adapted && mlp_adapted)
         A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
     }
-    casts_total = add(casts_total, mul(count, casts));
+    casts_total = sub_floor(add(casts_total, mul(count, casts)), first_unsaved_casts);
+    first_unsaved_casts = 0;
     // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
     fwd_t_max = std::max(fwd_t_max, gc ? std::max(la.inference_transient, la.forward_transient) : la.forward_transient);
   }
@@ -266,6 +277,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   fwd.parts["activations"] = add(A, shared);
   fwd.parts["autocast_weight_copies"] = forward_casts;
   fwd.parts["temporary_buffers"] = fwd_t_max;
+  if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
   out.push_back(fwd);
   if (role.head) {
     Moment loss{"loss", {}};
@@ -394,6 +406,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   step.parts["gradients"] = r.runtime.optimizer_in_backward ? 0 : rs.grads;
   step.parts["communication_buffers"] = rs.buckets;
   step.parts["temporary_buffers"] = rs.step_temporary;
+  if (head.held_until_next_forward) step.parts["logits_loss"] = head.held_until_next_forward;
   out.push_back(step);
   return out;
 }

@@ -42,25 +42,31 @@ constexpr FrameworkTraits kFrameworks[] = {
     // DoRA's magnitude to bf16 (the QLoRA paper's recipe; PEFT's autocast_adapter_dtype=False
     // is not supported for quantized models).
     {Framework::Trl, "trl", "1.16", "1.16", 0.05, LT::PeftMapping,
-     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, false, false,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, false, true, true, LossKind::FusedLinear, 0, 0, false, false, true,
      "none printed", "trl 1.16 trainer/sft_trainer.py (add_fused_lm_head; bf16 adapters when _is_quantized_model), trainer/utils.py",
      true},
     // torchtune 0.6 recipes: dtype bf16, CEWithChunkedOutputLoss (8 chunks), LoRA on
     // q/v/output_proj + MLP in the shipped *_lora configs, lora_dropout 0.0 (model builders),
     // adapters in the model dtype.
     {Framework::Torchtune, "torchtune", "0.1", "0.6.1", 0.0, LT::AttentionOutMlp,
-     LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true, false,
+     LD::Bf16, LD::Bf16, true, false, false, LossKind::ChunkedOutput, 8, 0, false, true, true,
      "log_memory_stats: torch.cuda.max_memory_allocated / reserved of the step",
      "torchtune models/llama3/_model_builders.py, modules/loss/ce_chunked_output_loss.py, recipes/configs/*_lora*.yaml"},
-    // LitGPT finetune/lora.py: lora_r 8, alpha 16, dropout 0.05, query+value only; precision
-    // get_default_supported_precision(training=True) = "bf16-mixed" (fp32 weights);
-    // model(input_ids, lm_head_chunk_size=128) + chunked_cross_entropy. Its printed
-    // "Memory used" is max_memory_allocated after training, so it includes the final
-    // validation and the sample generation.
-    {Framework::Litgpt, "litgpt", "0.4", "0.5", 0.05, LT::QueryValue,
-     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedOutput, 0, 128, false, true, false,
-     "torch.cuda.max_memory_allocated() at the end: includes validation and generation",
-     "litgpt finetune/lora.py, finetune/full.py, utils.py (chunked_cross_entropy)"},
+    // LitGPT 0.5.13 finetune/lora.py: lora_r 8, alpha 16, dropout 0.05, query+value only (one
+    // LoRAQKVLinear on the fused qkv); precision get_default_supported_precision(training=True)
+    // = "bf16-mixed" (fp32 weights, adapters too; Fabric returns the outputs in fp32);
+    // lora.py runs model(input_ids, lm_head_chunk_size=128), full.py model(input_ids), both
+    // chunked_cross_entropy (128 rows) on the shifted logits, which fit() keeps referenced until
+    // the next forward; torch.optim.AdamW with torch's defaults; no activation checkpointing on
+    // one device. Its printed "Memory used" (create_finetuning_performance_report, CUDA only) is
+    // max_memory_allocated after fit(): the training steps, the 2-batch sanity validation before
+    // them and any interval validation / sample generation, not the final validation (run after
+    // the report). Measured on CPU: validate/frameworks.py run_litgpt.
+    {Framework::Litgpt, "litgpt", "0.4", "0.5.13", 0.05, LT::QueryValue,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedRows, 0, 128, false, true, true,
+     "torch.cuda.max_memory_allocated() after fit(), printed before the final validation: the training steps, the "
+     "sanity validation before them and any interval validation / sample generation",
+     "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy)", false, true},
     // Axolotl: model loaded in bf16 when bf16 is on (its examples set bf16: auto), Trainer
     // underneath; PEFT targets from lora_target_modules / lora_target_linear, dropout 0.0
     // when unset; QLoRA through prepare_model_for_kbit_training.
@@ -200,12 +206,14 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
   if (r.runtime.framework_version.empty()) r.runtime.framework_version = fw.modelled_version;
   const bool lora = r.task == Task::Lora || r.task == Task::Qlora;
   if (!given.lora_dropout) r.lora.dropout = fw.lora_dropout;
-  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 0)
-    r.lora.adapter_bytes = r.precision == Precision::Fp32 ? 4 : 2;
   if (fw.quantized_adapters_bf16 && r.task == Task::Qlora && bitsandbytes(r.quantization) && r.lora.adapter_bytes == 0)
     r.lora.adapter_bytes = 2;
   if (!given.precision) resolve_precision(r, fw);
-  if (fw.adapters_in_model_dtype && r.lora.adapter_bytes == 2 && r.precision == Precision::Fp32) r.lora.adapter_bytes = 4;
+  // adapters in the weights' dtype (the resolved precision's): fp32 in fp32 and under autocast
+  const bool weights_fp32 = r.precision == Precision::Fp32 || r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16;
+  if (fw.adapters_in_model_dtype && (r.lora.adapter_bytes == 0 || (r.lora.adapter_bytes == 2 && r.precision == Precision::Fp32)))
+    r.lora.adapter_bytes = weights_fp32 ? 4 : 2;
+  if (fw.keeps_outputs && !given.drop_outputs) r.runtime.drop_outputs_before_backward = false;
   if (lora && !given.lora_targets) resolve_lora_targets(r, fw);
   resolve_attention(r, given, fw);
   if (!given.prepare_kbit) r.runtime.prepare_kbit = r.task == Task::Qlora && fw.prepare_kbit && bitsandbytes(r.quantization);
@@ -213,6 +221,10 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
   // TRL's SFTConfig defaults to gradient_checkpointing=True.
   if (!given.gradient_checkpointing && r.task != Task::Inference)
     r.gradient_checkpointing = fw.gradient_checkpointing || (r.task == Task::Qlora && r.runtime.prepare_kbit);
+  if (given.loss_chunks && r.runtime.loss_chunks > 1 && fw.loss == LossKind::ChunkedRows)
+    throw Error(std::string("runtime.loss_chunks is torchtune's CEWithChunkedOutputLoss; ") + fw.name +
+                " chunks its loss itself (lm_head_chunk_size=128 in finetune/lora.py, 128-row cross-entropy "
+                "chunks): leave runtime.loss_chunks out");
   if (!given.loss_chunks && fw.loss == LossKind::ChunkedOutput && r.task != Task::Inference)
     r.runtime.loss_chunks = fw.loss_chunks ? fw.loss_chunks : std::max<u64>(1, div_ceil(r.sequence_length, fw.loss_chunk_tokens));
   if (fw.loss == LossKind::FusedLinear && r.task != Task::Inference)
@@ -242,6 +254,12 @@ const FrameworkTraits& framework_traits(Framework f, const std::string& version)
     throw Error(std::string("runtime.framework_version \"") + version + "\" is older than " + first->name + " " +
                 first->since_version + ", the first version memfit models: use " + first->since_version + " or newer");
   return *found;
+}
+
+std::vector<const FrameworkTraits*> framework_rows() {
+  std::vector<const FrameworkTraits*> out;
+  for (const FrameworkTraits& t : kFrameworks) out.push_back(&t);
+  return out;
 }
 
 std::vector<std::string> framework_names() {

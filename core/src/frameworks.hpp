@@ -34,6 +34,10 @@ enum class LossKind {
   Plain,               ///< full [b, s, V] logits, upcast to fp32 inside cross-entropy
   ChunkedOutput,       ///< the head output is a list of chunks, each upcast separately (torchtune, LitGPT)
   FusedLinear,         ///< the head and the loss fused: no [b, s, V] logits (TRL's fused LM head, Liger FLCE)
+  /// LitGPT chunked_cross_entropy: cross-entropy per loss_chunk_tokens rows of the shifted
+  /// logits; LoRA (finetune/lora.py) also runs the head in chunks of loss_chunk_tokens positions,
+  /// full fine-tuning (finetune/full.py) in one piece. See activations.cpp litgpt_head.
+  ChunkedRows,
 };
 
 struct FrameworkTraits {
@@ -59,6 +63,9 @@ struct FrameworkTraits {
   /// The trainer casts the trainable parameters of a bitsandbytes-quantized (QLoRA) model to
   /// bf16 after get_peft_model, whatever the precision (TRL's SFTTrainer).
   bool quantized_adapters_bf16 = false;
+  /// The training loop keeps the model output (the logits) referenced through backward and the
+  /// optimizer step until the next forward returns (LitGPT's fit(): `logits = model(...)`).
+  bool keeps_outputs = false;
 };
 
 /// The row for a framework at a version ("" = the newest row). Throws Error for a version
@@ -74,11 +81,15 @@ struct GivenFields {
   bool prepare_kbit = false;
   bool gradient_checkpointing = false;
   bool loss_chunks = false;
+  bool drop_outputs = false;  ///< runtime.drop_outputs_before_backward
 };
 
 /// Fills every field the user left out with what the request's framework does for that model
 /// and task, and rejects a named kernel the model cannot run. Notes what it chose in r.warnings.
 void apply_framework_defaults(Request& r, const GivenFields& given);
+
+/// Every row of the table, in order (one framework may have several version rows).
+[[nodiscard]] std::vector<const FrameworkTraits*> framework_rows();
 
 /// The accepted request values of runtime.framework ("hf" is an alias of "transformers").
 [[nodiscard]] std::vector<std::string> framework_names();

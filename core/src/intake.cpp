@@ -370,6 +370,9 @@ void map_litgpt(Mapper& m) {
   if (devices > 1) {
     m.set("parallelism.method", "fsdp_full_shard", "devices");  // LitGPT's multi-device strategy
     m.set("parallelism.dp", devices, "devices");
+    // litgpt 0.5.13 checkpoints every Block on more than one device: full.py's
+    // FSDPStrategy(activation_checkpointing_policy={Block}), lora.py's parallelize_fn
+    m.set("gradient_checkpointing", true, "devices");
   }
 }
 

@@ -314,6 +314,7 @@ HeadActivations shard_head(const HeadActivations& a, const Layout& l) {
   if (l.tp > 1 && l.vocab_parallel) {
     // vocab-parallel cross-entropy: each rank keeps [tokens, vocab / tp] logits
     out.held_logits = div_ceil(a.held_logits, l.tp);
+    out.held_until_next_forward = div_ceil(a.held_until_next_forward, l.tp);
     out.loss_forward_peak = div_ceil(a.loss_forward_peak, l.tp);
     out.loss_backward_peak = div_ceil(a.loss_backward_peak, l.tp);
     out.saved = div_ceil(a.saved, l.tp);

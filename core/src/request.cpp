@@ -442,6 +442,7 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
 
   if (j.contains("runtime")) parse_runtime(j["runtime"], r.runtime, given.prepare_kbit);
   given.loss_chunks = j.contains("runtime") && j["runtime"].contains("loss_chunks");
+  given.drop_outputs = j.contains("runtime") && j["runtime"].contains("drop_outputs_before_backward");
 
   if (r.frozen_layers > 0) {
     if (r.task != Task::Full) throw Error("frozen_layers applies to full fine-tuning (LoRA freezes the base model already)");
