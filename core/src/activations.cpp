@@ -681,7 +681,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
   }
-  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, mlp_saved));
+  // By the attention's backward the MoE block has released its per-layer tensors too: PEFT's
+  // merged expert weights W + B@A that grouped_mm kept (measured, peak dump of tuning case
+  // mixtral/h128-L3-V2048/lora-r8-all/fp32/gc/eager/b1s768/adamw: at the recomputed layer's
+  // _softmax_backward_data no [4, 896, 128] beside the parameters)
+  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), add(mul(tokens, mlp_saved), per_layer_const));
   out.backward_transient = std::max(mlp_bwd, add(mul(tokens, mul(3, d.residual, h)), attn_bwd));
   if (d.amp) {
     // the half gradient of the largest trained Linear before its cast to the fp32 .grad
