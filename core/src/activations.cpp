@@ -290,9 +290,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     case AttentionImpl::Eager: {
       // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
       // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
-      const u64 kk = gqa ? mul(p, qw) : k_bytes;
+      // With one K/V head and one sequence in the batch no copy is made: repeat_kv's
+      // expand(...).reshape(...) merges a size-1 dim with the stride-0 one (a view), and so does
+      // matmul's fold of the batch dims into [b * heads, ...], which copies only when b > 1
+      // (measured, peak dump of tuning case qwen3_moe/h128-L2-V4096/full/fp32/nogc/eager/b1s512/
+      // adamw_fused: no [1, 8, 512, 32] K or V copy per layer, k_proj's [512, 32] output kept)
+      const bool kv_copied = gqa && !(m.kv_heads == 1 && tokens == seq);
+      const u64 kk = kv_copied ? mul(p, qw) : k_bytes;
       // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
-      const u64 vv = gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
+      const u64 vv = kv_copied ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
       // GPT-Neo's eager attention upcasts query and key to fp32 before QK^T
       if (m.family == "gpt_neo" && p == 2) keep(add(mul(4, qw), mul(4, kw)));
       else keep(add(q_bytes, kk));
