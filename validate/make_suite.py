@@ -261,6 +261,17 @@ def pattern_cases():
         shaped("deepseek_v3", "deepseek_v3/h256-L2-V2048/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 2, 2,
                2048, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
                gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # the same two at a small vocabulary, where the layers' backward is the peak
+        shaped("qwen2_moe", "qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2", 4, 2,
+               1024, task="lora", precision="bf16", attention="eager", optimizer="adafactor", micro_batch_size=1,
+               sequence_length=32, gradient_accumulation_steps=2,
+               lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("deepseek_v3", "deepseek_v3/h384-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s32/adamw/gas2", 3, 2,
+               1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=32,
+               gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("starcoder2", "starcoder2/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s1024/adamw", 1, 2, 1024,
+               task="lora", attention="sdpa", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=1024, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 
