@@ -297,6 +297,40 @@ def pattern_cases():
                attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=512,
                gradient_accumulation_steps=2,
                lora={"rank": 16, "alpha": 32, "targets": ["gate_proj", "up_proj", "down_proj"], "dropout": 0.0}),
+        # AMP with checkpointing and Adafactor; LoRA on every linear with checkpointing at long
+        # sequences (SDPA sliding window, MoE eager); MoE LoRA without checkpointing and with
+        # accumulation; MoE full training at a long sequence with fused AdamW
+        shaped("qwen2", "qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor", 3, 3, 2048,
+               precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="adafactor",
+               micro_batch_size=2, sequence_length=128),
+        shaped("starcoder2", "starcoder2/h128-L2-V2048/lora-r16-all/fp32/gc/sdpa/b2s768/adamw", 1, 2, 2048,
+               task="lora", attention="sdpa", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=768, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("qwen2_moe", "qwen2_moe/h256-L2-V2048/lora-r16-all/bf16/nogc/eager/b1s48/adafactor/gas2", 2, 2,
+               2048, task="lora", precision="bf16", attention="eager", optimizer="adafactor", micro_batch_size=1,
+               sequence_length=48, gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("mixtral", "mixtral/h128-L3-V2048/lora-r8-all/fp32/gc/eager/b1s768/adamw", 1, 3, 2048,
+               task="lora", attention="eager", gradient_checkpointing=True, micro_batch_size=1,
+               sequence_length=768, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("qwen3_moe", "qwen3_moe/h128-L2-V4096/full/fp32/nogc/eager/b1s512/adamw_fused", 1, 2, 4096,
+               attention="eager", optimizer="adamw_fused", micro_batch_size=1, sequence_length=512),
+        shaped("qwen3_moe", "qwen3_moe/h64-L3-V2048/lora-r8-all/fp32/gc/eager/b1s768/adamw", 0.5, 3, 2048,
+               task="lora", attention="eager", gradient_checkpointing=True, micro_batch_size=1,
+               sequence_length=768, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("deepseek_v3", "deepseek_v3/h256-L2-V2048/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 2, 2,
+               2048, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
+               gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # the same two at a small vocabulary, where the layers' backward is the peak
+        shaped("qwen2_moe", "qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2", 4, 2,
+               1024, task="lora", precision="bf16", attention="eager", optimizer="adafactor", micro_batch_size=1,
+               sequence_length=32, gradient_accumulation_steps=2,
+               lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("deepseek_v3", "deepseek_v3/h384-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s32/adamw/gas2", 3, 2,
+               1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=32,
+               gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("starcoder2", "starcoder2/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s1024/adamw", 1, 2, 1024,
+               task="lora", attention="sdpa", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=1024, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 

@@ -350,8 +350,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // matmul's fold to 3-D is one too: the matmuls keep k and v themselves, not [T, heads * d]
       // copies (measured, peak dump of tuning case
       // gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2: a [1, 1, 512, 64] k
-      // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies). At batch > 1 the
-      // fold copies, as repeat_kv does with more K/V heads.
+      // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies; of tuning case
+      // qwen3_moe/h128-L2-V4096/full/fp32/nogc/eager/b1s512/adamw_fused: no [1, 8, 512, 32] copy,
+      // k_proj's [512, 32] output kept). At batch > 1 the fold copies, as repeat_kv does with
+      // more K/V heads (checked with saved-tensor hooks on torch 2.15).
       const bool kv_views = gqa && !mla && m.kv_heads == 1 && tokens == seq;
       const u64 kk = gqa && !kv_views ? mul(p, qw) : k_bytes;
       // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
@@ -784,12 +786,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
   }
-  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, add(mlp_saved, attn_tail)));
+  // By the attention's backward the MoE block has released its per-layer tensors too: PEFT's
+  // merged expert weights W + B@A that grouped_mm kept (measured, peak dump of tuning case
+  // mixtral/h128-L3-V2048/lora-r8-all/fp32/gc/eager/b1s768/adamw: at the recomputed layer's
+  // _softmax_backward_data no [4, 896, 128] beside the parameters)
+  const u64 attn_released = add(mul(tokens, add(mlp_saved, attn_tail)), per_layer_const);
+  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), attn_released);
   out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
   // the same before what the MLP and the block's tail released is taken off (the moment's own
   // gradients are added to it in estimate.cpp before that subtraction)
   out.attention_backward_gross = add(mul(tokens, mul(3, d.residual, h)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
-  out.attention_released = mul(tokens, add(mlp_saved, attn_tail));
+  out.attention_released = attn_released;
   out.mlp_backward_transient = mlp_bwd;
   out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
   if (d.amp) {

@@ -234,6 +234,7 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
     tl.lora_rank = lora ? r.lora.rank : 0;
     GroupStates gs;
     const bool trained = full && !g.frozen;
+    u64 previous = 0;  // the trained tensor before this Linear's weight (a layer starts after a norm's)
     for (const Linear& l : g.linears) {
       const Adapter adapter = lora ? lora_adapter(r, g, l) : Adapter::None;
       const bool target = adapter != Adapter::None;
@@ -259,7 +260,11 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       u64 t = 0;
       if (trained) {
         t = l.params();
-        s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, l.weight_params() / l.copies);
+        const u64 weight = l.weight_params() / l.copies;
+        s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, weight);
+        s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, weight), previous));
+        s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, weight), previous));
+        previous = l.bias_params() > 0 ? l.bias_params() / l.copies : weight;
       }
       if (target) {
         const u64 adapters = adapter_params(r, g, l, adapter);
@@ -370,7 +375,14 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       // (grad.float(), p.float()): four (measured, tuning cases
       // phi3/h384-L4-V16384/full/fp32/nogc/eager/b3s48/adafactor: 2 x the [16384, 384] embedding;
       // gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor: 4 x [32000, 384] in fp32)
-      s.step_temporary = mul(s.grad_bytes < 4 ? 4 : 2, 4, s.largest_trainable_tensor);
+      // The loop's `update` of the previous tensor stays alive until `update = (grad**2) + eps`
+      // of the next one is assigned (optimization.py Adafactor.step, lines 1261 and 1270): gate_proj
+      // then up_proj of a gated MLP make three (five) copies of one size (measured, tuning case
+      // qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor: the previous [1824, 336] mul
+      // beside the current pow and add)
+      const u64 per = s.grad_bytes < 4 ? 4 : 2;
+      const u64 pair = per == 4 ? s.step_pair_x4 : s.step_pair_x2;
+      s.step_temporary = mul(4, std::max(pair, mul(per, s.largest_trainable_tensor)));
       s.step_temporary_per_tensor = true;
       break;
     }

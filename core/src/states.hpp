@@ -42,6 +42,10 @@ struct ModelStates {
   u64 step_temporary = 0;                 ///< optimizer step temporaries, whole model (foreach)
   bool step_temporary_per_tensor = false; ///< temporaries of one tensor at a time (loop optimizers)
   u64 largest_trainable_tensor = 0;
+  /// Over trained weights next to each other in parameter order (previous, current): the largest
+  /// `n x current + previous` for n = 2 and n = 4 (a loop optimizer that keeps the previous tensor's
+  /// result while it computes n temporaries of the current one: Adafactor)
+  u64 step_pair_x2 = 0, step_pair_x4 = 0;
   bool tied_embeddings = false;
 };
 
