@@ -658,16 +658,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // Inside the activation's backward, next to its incoming gradient: BloomGelu's hand-written
     // backward (bloom_gelu_back) holds tanh_out, tanh_out^2, 1 - tanh_out^2 and two products, 5 x
     // [T, i] (measured, bloom/lora/fp32/gc/eager); a fused kernel (silu, gelu) only its output.
-    // In a parallel block (attention and MLP read the same norm output) GELU written in Python ops
-    // (gelu_new: four saved [T, i] tensors) has one more [T, i] gradient alive at its mul nodes
-    // (measured, peak dump of tuning case codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd:
-    // seven fp32 [768, 1024] at a mul). Sequential GPT-2 blocks show it when the down projection
-    // keeps nothing (a frozen MLP under LoRA; measured, peak dump of tuning case
-    // gpt2/h256-L2-V1024/lora-r8-qv/bf16/gc/eager/b2s128/sgd: seven bf16 [256, 1024] at a mul),
-    // not when a trained c_proj keeps its input (one-shape gpt2 full cases). Why the trained case
-    // holds one fewer is not established.
-    const bool down_kept = down_in.shared || down_in.extra > 0;
-    const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 && (m.parallel_block || !down_kept) ? 2 : 1);
+    // GELU written in Python ops (gelu_new: four saved [T, i] tensors) has two [T, i] gradients
+    // alive at its mul nodes next to dm, in parallel and sequential blocks, whether or not the
+    // down projection keeps its input (measured, peak dumps: seven fp32 [768, 1024] at a mul in
+    // tuning case codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, seven bf16 [256, 1024] in
+    // gpt2/h256-L2-V1024/lora-r8-qv/bf16/gc/eager/b2s128/sgd, seven bf16 [128, 512] with c_proj's
+    // input already released in gpt2/full/bf16/gc/sdpa).
+    const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 ? 2 : 1);
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
   }

@@ -284,7 +284,13 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   }
   // Backward at the head: loss gradients while every activation is still saved.
   const u64 kept_logits = r.runtime.drop_outputs_before_backward ? 0 : head.held_logits;
-  const u64 head_t = role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, s.tied_embeddings ? div_ceil(s.emb_t, l.vocab_split()) : 0)) : 0;
+  // A tied head's weight gradient is the [V, h] token table's (waiting in autograd's input buffer
+  // for the embedding's own); a learned position table gets its gradient only from the
+  // embeddings' backward, after every layer (measured, peak dump of tuning case
+  // gpt_bigcode/h256-L3-V1024/full/bf16/gc/sdpa/b2s128/sgd: the head's bf16 [1024, 256] mm alive
+  // in layer 0's backward, no gradient of wpe [1024, 256]).
+  const u64 tied_head_t = s.tied_embeddings ? sub_floor(s.emb_t, m.position_params) : 0;
+  const u64 head_t = role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, div_ceil(tied_head_t, l.vocab_split()))) : 0;
   // FSDP2 reduce-scatters the root unit's gradients only in the final callback: through the
   // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in

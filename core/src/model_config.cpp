@@ -740,6 +740,9 @@ void build_biogpt(Builder& b) {
   m.learned_positions = true;
   m.attention_dropout = r.real_or({"attention_probs_dropout_prob"}, 0.1);
   m.hidden_dropout = r.real_or({"hidden_dropout_prob"}, 0.1);
+  // the summed token and position embeddings go through the same dropout (modeling_biogpt.py
+  // BioGptModel.forward: nn.functional.dropout(inputs_embeds + positions, p=self.dropout))
+  m.embedding_dropout = m.hidden_dropout;
   m.embedding_params = mul(m.vocab, h);
   m.position_params = mul(add(m.max_positions, 2), h);
   LayerGroup g;
