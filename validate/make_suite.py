@@ -331,6 +331,19 @@ def pattern_cases():
         shaped("starcoder2", "starcoder2/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s1024/adamw", 1, 2, 1024,
                task="lora", attention="sdpa", gradient_checkpointing=True, micro_batch_size=2,
                sequence_length=1024, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # issue 8 round 3, fix8c: gradients kept across micro-steps without checkpointing (check misses
+        # bloom / gptj full nogc eager adamw_fused gas2), a LoRA q/v model at a long sequence without
+        # checkpointing (gemma lora-r16-qv fp32 nogc eager s512), all-linear LoRA bf16 under
+        # checkpointing (phi lora-r64-all bf16 gc eager adamw_fused)
+        shaped("bloom", "bloom/h256-L2-V1024/full/fp32/nogc/eager/b1s96/adamw_fused/gas2", 2, 2, 1024,
+               attention="eager", optimizer="adamw_fused", micro_batch_size=1, sequence_length=96,
+               gradient_accumulation_steps=2),
+        shaped("gptj", "gptj/h256-L2-V2048/full/bf16/nogc/eager/b1s96/adamw_fused/gas2", 2, 2, 2048,
+               precision="bf16", attention="eager", optimizer="adamw_fused", micro_batch_size=1,
+               sequence_length=96, gradient_accumulation_steps=2),
+        shaped("gptj", "gptj/h512-L2-V4096/full/bf16/nogc/eager/b1s48/adamw_fused/gas2", 4, 2, 4096,
+               precision="bf16", attention="eager", optimizer="adamw_fused", micro_batch_size=1,
+               sequence_length=48, gradient_accumulation_steps=2),
     ]
 
 

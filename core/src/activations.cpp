@@ -330,6 +330,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
   bool out_is_kept = false;   // the attention output tensor is kept by the kernel itself
+  u64 first_qk_unkept = 0;    // see LayerActivations::first_qk_unkept (bytes per token)
+  std::vector<size_t> attn_linears;  // the Linears reading the attention input: q, k, v in that order when separate
+  for (size_t i = 0; i < g.linears.size(); ++i)
+    if (g.linears[i].input == LinearInput::AttnIn && !g.linears[i].routed) attn_linears.push_back(i);
   u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
   u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
   // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
@@ -376,8 +380,18 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
       // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
       // under autocast the matmul casts them back to half)
-      if (upcasts_qk(m.family) && p == 2 && !d.amp) keep(add(mul(4, qw), mul(4, kw)));
-      else keep(add(q_bytes, kk));
+      const bool qk_fp32 = upcasts_qk(m.family) && p == 2 && !d.amp;
+      const u64 q_kept = qk_fp32 ? mul(4, qw) : q_bytes, k_kept = qk_fp32 ? mul(4, kw) : kk;
+      keep(add(q_kept, k_kept));
+      // QK^T keeps q for k's gradient and k for q's. In a first layer whose input needs no
+      // gradient (LoRA without checkpointing), q and k need one only through their own adapters:
+      // with one of separate q/k projections adapted, the other's output is not kept (measured,
+      // peak dump of tuning case gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: two
+      // fp32 [2, 4, 512, 64] q clones for three layers, three k^T).
+      if (!full && !mla && attn_linears.size() == 3) {
+        const bool q_adapted = t.saves_input[attn_linears[0]], k_adapted = t.saves_input[attn_linears[1]];
+        if (q_adapted != k_adapted) first_qk_unkept = q_adapted ? q_kept : k_kept;
+      }
       keep(vv);
       // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
       // falcon-tiny, GQA with a fused query_key_value)
@@ -707,6 +721,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
   out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
+  out.first_qk_unkept = mul(first_qk_unkept, tokens);
   const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
@@ -755,6 +770,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // gradient and the engine sums them out of place (3 x [T, i] at once). A gated MLP's mul node
   // then produces d(act) and d(up) next to dm (3 x [T, i]) before releasing act and up.
   u64 mlp_bwd = mul(tokens, mul(3, p, width_i));
+  u64 mlp_at_down = 0;  // dense MLPs: the down projection's node (MoE: its whole worst moment)
   if (g.moe) {
     // MoE backward, measured (peakdump, deepseek_v3/lora/fp32/gc/sdpa): with every saved tensor
     // of the block still alive, the incoming gradient [T, h] and three [T*k, h] gradients are
@@ -773,18 +789,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // Inside the activation's backward, next to its incoming gradient: BloomGelu's hand-written
     // backward (bloom_gelu_back) holds tanh_out, tanh_out^2, 1 - tanh_out^2 and two products, 5 x
     // [T, i] (measured, bloom/lora/fp32/gc/eager); a fused kernel (silu, gelu) only its output.
-    // In a parallel block (attention and MLP read the same norm output) GELU written in Python ops
-    // (gelu_new: four saved [T, i] tensors) has one more [T, i] gradient alive at its mul nodes
-    // (measured, peak dump of tuning case codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd:
-    // seven fp32 [768, 1024] at a mul). Sequential GPT-2 blocks show it when the down projection
-    // keeps nothing (a frozen MLP under LoRA; measured, peak dump of tuning case
-    // gpt2/h256-L2-V1024/lora-r8-qv/bf16/gc/eager/b2s128/sgd: seven bf16 [256, 1024] at a mul),
-    // not when a trained c_proj keeps its input (one-shape gpt2 full cases). Why the trained case
-    // holds one fewer is not established.
-    const bool down_kept = down_in.shared || down_in.extra > 0;
-    const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 && (m.parallel_block || !down_kept) ? 2 : 1);
+    // GELU written in Python ops (gelu_new: four saved [T, i] tensors) has two [T, i] gradients
+    // alive at its mul nodes next to dm, in parallel and sequential blocks, whether or not the
+    // down projection keeps its input (measured, peak dumps: seven fp32 [768, 1024] at a mul in
+    // tuning case codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, seven bf16 [256, 1024] in
+    // gpt2/h256-L2-V1024/lora-r8-qv/bf16/gc/eager/b2s128/sgd, seven bf16 [128, 512] with c_proj's
+    // input already released in gpt2/full/bf16/gc/sdpa).
+    const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 ? 2 : 1);
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
+    mlp_at_down = mul(tokens, add(mul(d.residual, h), at_dgrad));
   }
   // By the attention's backward the MoE block has released its per-layer tensors too: PEFT's
   // merged expert weights W + B@A that grouped_mm kept (measured, peak dump of tuning case
@@ -798,6 +812,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.attention_backward_gross = add(mul(tokens, mul(3, d.residual, h)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
   out.attention_released = attn_released;
   out.mlp_backward_transient = mlp_bwd;
+  out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
   out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
   if (d.amp) {
     // the half gradient of the largest trained Linear before its cast to the fp32 .grad
@@ -808,6 +823,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
     out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
     out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
+    out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
   }
   if (r.task == Task::Qlora && r.quantization != Quantization::None) {
     // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in

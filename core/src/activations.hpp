@@ -45,6 +45,8 @@ struct LayerActivations {
                                ///< after the last saved tensor)
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
   u64 mlp_backward_transient = 0;        ///< extra live at the MLP block's worst backward moment
+  u64 mlp_backward_at_down = 0;          ///< extra live at the down projection's node (its input
+                                         ///< gradient made, its saved tensors not yet released)
   u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off
   u64 attention_released = 0;            ///< saved tensors of the layer (its MLP, the attention block's tail)
                                          ///< already released at the attention block's worst backward moment
@@ -68,6 +70,9 @@ struct LayerActivations {
                                ///< that norm's output (part of `saved`): nothing in the first layer
                                ///< when its input needs no gradient (frozen embeddings without
                                ///< checkpointing) and the norm is frozen
+  u64 first_qk_unkept = 0;     ///< eager attention in that first layer, q and k projections separate
+                               ///< and only one of them adapted: the other's output is not kept by
+                               ///< QK^T (part of `attn_saved`)
 };
 
 /// `tokens` = micro_batch x sequence (per rank), `seq` = sequence length (attention is s x s).

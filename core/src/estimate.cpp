@@ -93,7 +93,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
-    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads;
+    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads, mlp_at_down;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -108,7 +108,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // autograd keeps nothing; their forward is a no-grad forward
       la.forward_transient = la.recompute_transient = la.inference_transient;
       la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
-      la.mlp_backward_transient = la.attention_backward_transient = la.attention_backward_gross = la.attention_released = 0;
+      la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = 0;
+      la.attention_backward_gross = la.attention_released = 0;
     }
     const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
@@ -161,18 +162,27 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       late_grad = ar.attention == AttentionImpl::Eager && !gc ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
-    // as soon as it is made: the layer's new gradients are not alive all at once, about two of
-    // its largest are (measured, tuning case qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2:
-    // a [1596, 384] and a [1792, 384] bf16 gradient at the peak mm, no more)
-    u64 largest = 0;
-    for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
+    // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
+    // while its node makes its input and weight gradients; by the activation's backward it is
+    // accumulated (measured, peak dumps of tuning cases
+    // qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2: down_proj's bf16 [336, 1824] mm next
+    // to dm, the other [V, h] being the tied head's (below);
+    // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: fc2's fp32 [512, 2048] mm
+    // next to dm; bloom/h256-L2-V1024/full/fp32/nogc/eager/b1s96/adamw_fused/gas2: none at
+    // bloom_gelu's backward). MoE layers keep the earlier bound, two of the largest.
     // LoRA: an adapter's weight gradient is accumulated (AccumulateGrad runs first) before the
     // base and adapter input gradients are summed, the MLP's worst moment: none is alive then
     // (measured, peak dump of tuning case codegen/h512-L2-V1024/lora-r64-mlp/fp32/gc/eager/b4s96/sgd/gas2:
     // only the accumulated .grad next to three fp32 [384, 2048] at the add)
-    const u64 new_grads = r.task == Task::Full ? std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t))) : 0;
+    u64 largest = 0;
+    for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
+    u64 down_w = 0;
+    for (const Linear& lin : m.groups[i].linears)
+      if (lin.input == LinearInput::MlpHidden && !lin.routed) down_w = std::max(down_w, lin.weight_params());
+    const u64 new_t = !m.groups[i].moe && down_w > 0 ? down_w : mul(2, largest);
+    const u64 new_grads = r.task == Task::Full ? std::min(grad, scale(rs.grads, div_ceil(new_t, l.tp), total_t)) : 0;
     runs.push_back({count, kept, la.recomputed, la.backward_transient, la.mlp_backward_transient, la.attention_backward_gross, la.attention_released, grad, casts,
-                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads});
+                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, la.mlp_backward_at_down});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
@@ -180,7 +190,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
     // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
     if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen) {
-      A = sub_floor(A, mul(in_flight, la.first_norm));
+      A = sub_floor(A, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
       // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
       // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
       // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
@@ -296,7 +306,13 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   }
   // Backward at the head: loss gradients while every activation is still saved.
   const u64 kept_logits = r.runtime.drop_outputs_before_backward ? 0 : head.held_logits;
-  const u64 head_t = role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, s.tied_embeddings ? div_ceil(s.emb_t, l.vocab_split()) : 0)) : 0;
+  // A tied head's weight gradient is the [V, h] token table's (waiting in autograd's input buffer
+  // for the embedding's own); a learned position table gets its gradient only from the
+  // embeddings' backward, after every layer (measured, peak dump of tuning case
+  // gpt_bigcode/h256-L3-V1024/full/bf16/gc/sdpa/b2s128/sgd: the head's bf16 [1024, 256] mm alive
+  // in layer 0's backward, no gradient of wpe [1024, 256]).
+  const u64 tied_head_t = s.tied_embeddings ? sub_floor(s.emb_t, m.position_params) : 0;
+  const u64 head_t = role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, div_ceil(tied_head_t, l.vocab_split()))) : 0;
   // FSDP2 reduce-scatters the root unit's gradients only in the final callback: through the
   // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
@@ -312,6 +328,23 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     p.parts["activations"] = add(A, shared_after);
     p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
     p.parts["logits_loss"] = add(add(head.saved, kept_logits), head.loss_backward_peak);
+    out.push_back(p);
+  }
+  // Then the head's own node: the loss has freed its log-softmax output; the logits' gradient
+  // (in the logits' dtype), the head's input gradient and its new weight gradient are alive next
+  // to every saved activation (measured, peak dump of tuning case
+  // gptj/h512-L2-V4096/full/bf16/nogc/eager/b1s48/adamw_fused/gas2: lm_head's bf16 [4096, 512] mm
+  // beside its kept .grad, at the bias gradient's sum). Unchunked eager loss, one rank per model.
+  if (role.head && r.task == Task::Full && head_t > 0 && head.held_logits > 0 && r.runtime.loss_chunks <= 1 &&
+      (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp) && !r.runtime.optimizer_in_backward) {
+    Moment p{"backward", {}};
+    base(p);
+    p.parts["gradients"] = add(persistent_grads, head_grad);
+    p.parts["activations"] = add(A, shared_after);
+    p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
+    const u64 log_softmax_out = mul(tokens, 4, m.vocab);
+    p.parts["logits_loss"] = add(sub_floor(head.saved, log_softmax_out), add(kept_logits, head.held_logits));
+    p.parts["temporary_buffers"] = mul(tokens, dtypes_for(ar).compute, m.hidden);
     out.push_back(p);
   }
   // Chunked cross-entropy (eager): the autograd engine runs every chunk's loss backward before
@@ -344,6 +377,12 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // gradients that appear layer by layer (not when they are kept all along or freed at once)
   const bool grads_grow = !grads_kept && !r.runtime.optimizer_in_backward;
   u64 grads_done = grads_grow ? head_grad : 0;
+  // With gradients kept, a tied head's new weight gradient still waits in autograd's input buffer
+  // for the embedding's own (see the tied-embedding moment below), beside the kept .grad, through
+  // every layer's backward (measured, peak dump of tuning case
+  // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: an fp32 [4096, 512] mm next
+  // to the accumulated [4096, 512] .grad in the last layer's MLP backward).
+  const u64 head_waiting = grads_kept && !grads_grow ? scale(rs.grads, div_ceil(tied_head_t, l.vocab_split()), total_t) : 0;
   u64 remaining_A = A, remaining_casts = casts_total;
   for (size_t gi = runs.size(); gi-- > 0;) {
     const Run& g = runs[gi];
@@ -364,10 +403,10 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // (the attention moment: its transients and gradients, less what the layer's MLP and the
       // attention block's tail have released by then)
       const u64 bwd_t = grads_grow ? std::max(add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released))
-                                   : std::max(add(g.mlp_bwd_t, g.new_grads), sub_floor(g.attn_bwd_t, g.attn_released));
+                                   : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released)});
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
-      p.parts["temporary_buffers"] = layer_t;
+      p.parts["temporary_buffers"] = add(layer_t, role.head ? head_waiting : 0);
       p.parts["logits_loss"] = kept_logits;
       const bool first_unit = gi + 1 == runs.size() && done == 0;
       // FSDP2 on later units: the root, the unit's unsharded parameters and its all-gather output

@@ -712,8 +712,10 @@ void build_biogpt(Builder& b) {
   const u64 h = read_dims(b, {"hidden_size"}, {"num_hidden_layers"}, {"num_attention_heads"});
   m.max_positions = r.size({"max_position_embeddings"});
   const u64 inter = r.size({"intermediate_size"});
+  // the summed token and position embeddings go through the same dropout as the residual
+  // stream (modeling_biogpt.py BioGptModel.forward: nn.functional.dropout(inputs_embeds + positions, p=self.dropout))
   LayerGroup g = plain_decoder(b, {{{"hidden_act"}, "gelu"}, {{"attention_probs_dropout_prob"}, 0.1},
-                                   {{"hidden_dropout_prob"}, 0.1}}, inter);
+                                   {{"hidden_dropout_prob"}, 0.1}, {{"hidden_dropout_prob"}, 0.1}}, inter);
   m.learned_positions = true;
   m.position_params = mul(add(m.max_positions, 2), h);
   add_attention(g.linears, h, m.heads, m.heads, m.head_dim, true, true, "q_proj", "k_proj", "v_proj", "out_proj");
