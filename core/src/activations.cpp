@@ -22,6 +22,7 @@
 #include <set>
 #include "activations.hpp"
 
+#include "bitsandbytes.hpp"
 #include "frameworks.hpp"
 
 #include <algorithm>
@@ -155,7 +156,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 
   u64 saved = 0;    // bytes per token
   const u64 moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
-  u64 int8_held = 0, int8_only = 0;  // per token: the slots LLM.int8 contexts hold (see slot), and those only they hold
+  u64 ctx_held = 0, ctx_only = 0;  // per token: what quantized Linears' contexts hold (see slot), and what only they hold
   u64 hid = 0;      // the [T, h] part of `saved`
   u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
   auto keep = [&](u64 bytes) { saved = add(saved, bytes); };
@@ -174,15 +175,26 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     u64 extra = 0;
     bool shared = false;
     u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
-    bool ctx_held = false;  ///< an LLM.int8 Linear holds the shared tensor outside autograd's saving
+    bool ctx_held = false;  ///< a quantized Linear's context holds the shared tensor outside autograd's saving
     bool ctx_only = false;  ///< ... and nothing else keeps it (a recomputation does not re-create it)
+    u64 ctx_extra = 0;      ///< tensors of their own the contexts hold (a cast of the input, int8 CAt)
   };
-  // LLM.int8 (bitsandbytes 0.50.2 autograd/_functions.py) keeps each quantized Linear's input as
-  // an attribute of its autograd context, not through save_for_backward: MatMul8bitFp.forward
-  // (CPU/XPU training) `ctx.A = A`, MatMul8bitLt.forward (CUDA) `ctx.tensors = (CAt, subA, A)`.
-  // The input is kept whether or not the Linear has an adapter, and checkpointing's saved-tensor
-  // hooks never see it: it stays alive from the layer's first forward to the Linear's backward.
-  const bool int8_ctx = r.task == Task::Qlora && r.quantization == Quantization::Int8;
+  // bitsandbytes' quantized Linears keep tensors as attributes of their autograd context, not
+  // through save_for_backward (bitsandbytes.cpp: which, per release). Kept whether or not the
+  // Linear has an adapter, and checkpointing's saved-tensor hooks never see them: alive from the
+  // layer's first forward to the Linear's backward (llama/qlora-int8/*/gc: -0.9 %; holding them
+  // to the end of the whole backward would read +4.7 %). MatMul4Bit keeps its A after Linear4bit's
+  // x.to(compute_dtype) (the load dtype here, as the validator's bnb_4bit_compute_dtype): the
+  // shared input when the dtypes agree, else a copy of its own. LLM.int8 keeps x itself, and
+  // MatMul8bitLt before 0.45 on CUDA its int8 transposed copy too (fused experts are not Linears:
+  // bitsandbytes leaves them alone).
+  const bool bnb4 = r.task == Task::Qlora && (r.quantization == Quantization::Nf4 ||
+                                              r.quantization == Quantization::Nf4Double || r.quantization == Quantization::Fp4);
+  const bool bnb8 = r.task == Task::Qlora && r.quantization == Quantization::Int8;
+  const BnbContext& bnb = bnb_context(r.runtime.bitsandbytes_version);
+  const bool ctx_keeps_input = (bnb4 && bnb.four_bit_keeps_input) || (bnb8 && bnb.int8_keeps_input);
+  const u64 ctx_elem = r.precision == Precision::Bf16 || r.precision == Precision::Fp16 ? 2 : 4;
+  const u64 ctx_transposed = bnb8 && r.device == Device::Cuda ? bnb.int8_transposed_bytes : 0;
   const ModuleImpl impl = module_impl(r);
   auto qkv_name = [](const std::string& n) { return n == "q_proj" || n == "k_proj" || n == "v_proj"; };
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
@@ -193,12 +205,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       const Linear& l = g.linears[i];
       bool reads = false;
       for (LinearInput in : inputs) reads = reads || l.input == in;
-      if (reads && int8_ctx && !l.routed) k.ctx_held = true;
+      // MLA: q_b_proj reads q_a_layernorm's output (q_lora_rank wide), kv_b_proj kv_a_layernorm's
+      const u64 w = (mla && l.name == "q_b_proj") ? m.q_lora_rank : width;
+      if (reads && ctx_keeps_input && !l.routed) {
+        if (bnb8 || ctx_elem == elem) k.ctx_held = true;
+        else k.ctx_extra = add(k.ctx_extra, mul(ctx_elem, w));
+      }
+      if (reads && !l.routed) k.ctx_extra = add(k.ctx_extra, mul(ctx_transposed, w));
       if (!reads || !t.saves_input[i]) continue;
       if (l.routed && g.moe) continue;  // fused experts: counted with the MoE block
       const u64 share = l.routed && g.experts > 0 ? g.experts_per_token : 1;  // routed tokens per token
-      // MLA: q_b_proj reads q_a_layernorm's output (q_lora_rank wide), kv_b_proj kv_a_layernorm's
-      const u64 w = (mla && l.name == "q_b_proj") ? m.q_lora_rank : width;
       // DeepSeek-V3's router runs F.linear(x.float(), W.float()): it keeps an fp32 copy of a half input
       if (fp32_router && l.name == "gate" && g.moe) {
         if (elem == 4) k.shared = true;
@@ -246,8 +262,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     return k;
   };
   auto held_by_ctx = [&](const SlotKeep& k, u64 bytes) {
-    if (k.ctx_held) int8_held = add(int8_held, bytes);
-    if (k.ctx_only) int8_only = add(int8_only, bytes);
+    if (k.ctx_held) ctx_held = add(ctx_held, bytes);
+    if (k.ctx_only) ctx_only = add(ctx_only, bytes);
+    keep(k.ctx_extra);
+    ctx_held = add(ctx_held, k.ctx_extra);
+    ctx_only = add(ctx_only, k.ctx_extra);
   };
 
   // A norm keeps its input (RMSNorm: an fp32 copy when the input is half) and its statistics;
@@ -783,7 +802,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)
     const u64 many = (m.mlp == MlpKind::Gated || down_lora) ? 3 : 2;
     u64 released = down_in.extra;                 // rank-r intermediate, casts
-    if (down_in.shared && !relu) released = add(released, mul(p, g.mlp_intermediate));  // the input itself
+    if (down_in.shared && !relu) released = add(released, mul(p, g.mlp_intermediate));
     const u64 at_dgrad = mul(p, g.mlp_intermediate);  // dm before down's saved tensors go
     const u64 after = sub_floor(mul(many, p, g.mlp_intermediate), released);
     // Inside the activation's backward, next to its incoming gradient: BloomGelu's hand-written
@@ -870,10 +889,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // (the first norm keeps the layer input itself unless RMSNorm upcasts a half input to a copy).
   const bool first_norm_keeps_input = m.norm != NormKind::RMSNorm || d.residual == 4;
   out.recomputed = sub_floor(out.saved, first_norm_keeps_input ? out.checkpoint_saved : 0);
-  // LLM.int8 contexts of the first forward hold their inputs past checkpointing (see slot); the
-  // recomputation's own contexts die with its graph, so the inputs only they hold are not re-created
-  out.checkpoint_ctx_held = mul(tokens, int8_held);
-  out.recomputed = sub_floor(out.recomputed, mul(tokens, int8_only));
+  // Quantized Linears' contexts of the first forward hold their inputs past checkpointing (see
+  // slot); the recomputation's own contexts die with its graph, so what only they hold is not re-created
+  out.checkpoint_ctx_held = mul(tokens, ctx_held);
+  out.recomputed = sub_floor(out.recomputed, mul(tokens, ctx_only));
   // No-grad forward (prefill), measured op by op (tracker, llama/gpt2/mixtral inference cases):
   // at the MLP of a layer past the first, [T, h] tensors alive are the model's inputs_embeds
   // (still referenced by the model's forward), the layer input, the post-attention residual and

@@ -54,7 +54,7 @@ struct LayerActivations {
                                          ///< (part of the max in backward_transient)
   u64 checkpoint_saved = 0;    ///< kept per layer under full activation checkpointing (its input)
   u64 checkpoint_ctx_held = 0; ///< also kept under checkpointing: tensors held by autograd contexts
-                               ///< outside save_for_backward (LLM.int8 Linears' inputs)
+                               ///< outside save_for_backward (bitsandbytes Linears' inputs, per release)
   u64 recomputed = 0;          ///< re-created by the recomputation of a checkpointed layer (`saved`
                                ///< minus the tensors that alias the checkpointed input)
   u64 inference_transient = 0; ///< live at the worst moment of a no-grad forward of the layer

@@ -8,6 +8,7 @@
 #include "memfit/request.hpp"
 #include "memfit/serving.hpp"
 
+#include "bitsandbytes.hpp"
 #include "frameworks.hpp"
 
 namespace memfit {
@@ -200,7 +201,7 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
   if (!rt.is_object()) throw Error("request field \"runtime\" must be an object");
   check_keys(rt, "\"runtime\"",
              {"cuda_context_mib", "drop_outputs_before_backward", "use_cache_in_training", "zero_grad_to_none", "framework",
-              "framework_version", "prepare_kbit", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile"});
+              "framework_version", "bitsandbytes_version", "prepare_kbit", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile"});
   if (rt.contains("compile")) out.compile = boolean(rt["compile"], "runtime.compile");
   if (rt.contains("zero_grad_to_none")) out.zero_grad_to_none = boolean(rt["zero_grad_to_none"], "runtime.zero_grad_to_none");
   if (rt.contains("framework")) {
@@ -215,6 +216,12 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
     if (!rt["framework_version"].is_string())
       throw Error("request field \"runtime.framework_version\" must be a string like \"1.16\"");
     out.framework_version = rt["framework_version"].get<std::string>();
+  }
+  if (rt.contains("bitsandbytes_version")) {
+    if (!rt["bitsandbytes_version"].is_string())
+      throw Error(std::string("request field \"runtime.bitsandbytes_version\" must be a string like \"") + kBnbDefaultVersion + "\"");
+    out.bitsandbytes_version = rt["bitsandbytes_version"].get<std::string>();
+    (void)bnb_context(out.bitsandbytes_version);  // a malformed or too old version is an error here
   }
   prepare_kbit_given = rt.contains("prepare_kbit");
   if (prepare_kbit_given) out.prepare_kbit = boolean(rt["prepare_kbit"], "runtime.prepare_kbit");
@@ -457,6 +464,12 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     throw Error("task \"qlora\" trains LoRA over bitsandbytes, GPTQ or AWQ weights: use quantization \"nf4\", "
                 "\"nf4_double\", \"fp4\", \"int8\", \"gptq_int4\" or \"awq_int4\"");
   if (r.task == Task::Qlora && r.quantization == Quantization::None) r.quantization = Quantization::Nf4;
+  if (r.runtime.bitsandbytes_version.empty()) r.runtime.bitsandbytes_version = kBnbDefaultVersion;
+  const bool bnb_layers = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                          r.quantization == Quantization::Fp4 || r.quantization == Quantization::Int8;
+  if (bnb_layers && r.device == Device::Cpu && !bnb_context(r.runtime.bitsandbytes_version).runs_on_cpu)
+    throw Error("bitsandbytes " + r.runtime.bitsandbytes_version + " has no CPU backend (it came in 0.46.0): "
+                "use device \"cuda\", or runtime.bitsandbytes_version 0.46.0 or newer");
   if ((r.task == Task::Full || r.task == Task::Lora) && r.quantization != Quantization::None) {
     if (r.task == Task::Full)
       throw Error("full fine-tuning cannot train quantized weights: set quantization to \"none\", or use task \"qlora\"");
@@ -511,6 +524,7 @@ json request_to_json(const Request& r) {
   j["device"] = r.device == Device::Cuda ? "cuda" : "cpu";
   j["runtime"] = {{"framework", to_string(r.runtime.framework)},
                   {"framework_version", r.runtime.framework_version},
+                  {"bitsandbytes_version", r.runtime.bitsandbytes_version},
                   {"prepare_kbit", r.runtime.prepare_kbit},
                   {"zero_grad_to_none", r.runtime.zero_grad_to_none},
                   {"loss_chunks", r.runtime.loss_chunks},

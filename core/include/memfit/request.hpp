@@ -126,6 +126,10 @@ struct Runtime {
   /// head) are upcast to fp32, inputs get requires_grad and gradient checkpointing is switched
   /// on. Default: true for QLoRA under frameworks that call it (Transformers/TRL recipes).
   bool prepare_kbit = false;
+  /// The bitsandbytes release (MAJOR.MINOR[.PATCH]): what its quantized Linears keep in their
+  /// autograd contexts changed across releases (bitsandbytes.cpp). "" = the release memfit's
+  /// CPU suite runs (reported back).
+  std::string bitsandbytes_version;
   u64 loss_chunks = 0;                 ///< chunked cross-entropy (torchtune CEWithChunkedOutputLoss: 8)
   bool optimizer_in_backward = false;  ///< each parameter is stepped and its gradient freed during backward
   bool activation_offloading = false;  ///< saved activations are moved to CPU memory during forward
