@@ -867,6 +867,17 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
        (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu)) && m.causal)
     bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask
   if (m.alibi) bytes = add(bytes, mul(batch, m.heads, seq, d.compute));
+  // Non-reentrant checkpointing keeps each layer's inputs for its recomputation: the model-level
+  // bool sliding-window mask [1, 1, s, s] that CPU SDPA layers turn into their own float masks,
+  // and the int64 positions [s] (cache_position, of which position_ids is a view), alive through
+  // the whole backward (measured, peak dump of tuning case
+  // starcoder2/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s1024/adamw: bitwise_and (1, 1, 1024, 1024)
+  // bool and add (1024,) int64 beside the recomputed last layer)
+  if (r.gradient_checkpointing && rotary) {
+    bytes = add(bytes, mul(8, seq));
+    if (r.attention == AttentionImpl::Sdpa && windowed && r.device == Device::Cpu && m.causal)
+      bytes = add(bytes, mul(seq, seq));
+  }
   // The embedding output needs a gradient only when the embeddings train or checkpointing makes
   // it require one (Transformers' enable_input_require_grads for PEFT models); otherwise the
   // embedding dropout and Bloom's embedding LayerNorm (frozen) save nothing (measured,
