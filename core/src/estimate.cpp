@@ -130,9 +130,10 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // as soon as it is made: the layer's new gradients are not alive all at once, about two of
     // its largest are (measured, tuning case qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2:
     // a [1596, 384] and a [1792, 384] bf16 gradient at the peak mm, no more)
-    u64 largest = 0;
-    for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
-    const u64 new_grads = std::min(grad, mul(2, scale(rs.grads, div_ceil(largest, l.tp), total_t)));
+    // Under LoRA those are the two largest adapter matrices (the frozen base weights make none: tuning case
+    // qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2, whose measured
+    // peak is the loss backward, below the top layer's backward with every adapter gradient new)
+    const u64 new_grads = std::min(grad, scale(rs.grads, div_ceil(s.groups[i].two_largest_trainable, l.tp), total_t));
     runs.push_back({count, kept, la.recomputed, la.backward_transient, grad, casts, la.recompute_transient,
                     la.checkpoint_saved, la.recompute_held, down_grad, new_grads});
     A = add(A, mul(count, kept));

@@ -12,6 +12,7 @@
 //    reduced to fp32 (4), states 8; half copies exist only for gathered units.
 // Quantized base weights (QLoRA, quantized inference): see quantized_bits_x1024.
 #include <algorithm>
+#include <array>
 
 #include "memfit/error.hpp"
 #include "memfit/model.hpp"
@@ -235,6 +236,8 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
     GroupStates gs;
     const bool trained = full && !g.frozen;
     u64 previous = 0;  // the trained tensor before this Linear's weight (a layer starts after a norm's)
+    std::array<u64, 2> top{0, 0};  // the layer's two largest adapter matrices
+    bool counted_gate_up = false;
     for (const Linear& l : g.linears) {
       const Adapter adapter = lora ? lora_adapter(r, g, l) : Adapter::None;
       const bool target = adapter != Adapter::None;
@@ -262,6 +265,7 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
         t = l.params();
         const u64 weight = l.weight_params() / l.copies;
         s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, weight);
+        gs.two_largest_trainable = std::max(gs.two_largest_trainable, mul(2, weight));
         s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, weight), previous));
         s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, weight), previous));
         previous = l.bias_params() > 0 ? l.bias_params() / l.copies : weight;
@@ -271,6 +275,16 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
         w = add(w, mul(adapter_bytes, adapters));
         t = add(t, adapters);
         s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, largest_adapter(r, l, adapter));
+        // A and B of this adapter (a fused gate_up expert stack's pair once, on its first Linear)
+        const bool gate_up_stack = adapter == Adapter::Param && l.routed && l.input == LinearInput::MlpIn;
+        if (!(gate_up_stack && counted_gate_up)) {
+          const u64 rank = mul(r.lora.rank, adapter == Adapter::Param ? l.copies : 1, gate_up_stack ? 2 : 1);
+          for (u64 t : {mul(rank, l.in), mul(rank, gate_up_stack ? mul(2, l.out) : l.out)}) {
+            if (t > top[0]) top = {t, top[0]};
+            else if (t > top[1]) top[1] = t;
+          }
+        }
+        counted_gate_up = counted_gate_up || gate_up_stack;
       }
       (split ? gs.w_split : gs.w_repl) = add(split ? gs.w_split : gs.w_repl, w);
       (split ? gs.t_split : gs.t_repl) = add(split ? gs.t_split : gs.t_repl, t);
@@ -281,6 +295,7 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
     gs.w_repl = add(gs.w_repl, mul(full ? wbytes : frozen_bytes, g.other_params));
     if (trained) gs.t_repl = add(gs.t_repl, g.other_params);
     s.trainable = add(s.trainable, mul(g.count, add(gs.t_split, gs.t_repl)));
+    if (lora) gs.two_largest_trainable = add(top[0], top[1]);
     s.groups.push_back(gs);
     s.linears.push_back(std::move(tl));
   }

@@ -23,6 +23,9 @@ struct GroupStates {
   u64 w_split = 0, w_repl = 0;  ///< weight bytes of one layer: TP-split part, replicated part
   u64 t_split = 0, t_repl = 0;  ///< trainable params of one layer, same split
   u64 casts = 0;                ///< autocast half copies of this layer's Linear weights
+  /// elements of the layer's two largest trainable tensors together: twice the largest weight
+  /// (full training), the two largest adapter matrices (LoRA)
+  u64 two_largest_trainable = 0;
 };
 
 struct ModelStates {
