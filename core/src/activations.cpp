@@ -450,6 +450,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
   u64 mlp_recompute_point = 0;  // the same for a checkpointed layer's recomputation (see below)
+  bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
   const u64 act_saves = activation_saves(m.activation);
   const bool relu = m.activation == "relu";
   // Per token through one MLP of width w: the activation's saved input(s), the tensors the
@@ -583,7 +584,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // is lora_B's mm, before its `* scaling` copy (measured, same peak dump: the recomputation
     // peaks at that mm with the base output and lora_B's output, no scaled copy), unless an op
     // after it saves something: a residual dropout's mask (GPT-2, Phi, BioGPT), a post-MLP norm
-    if (lora_on(LinearInput::MlpHidden) && m.hidden_dropout <= 0 && !post_norms)
+    const bool stops_at_lora_b = lora_on(LinearInput::MlpHidden) && m.hidden_dropout <= 0 && !post_norms;
+    // ... so the layer's output never exists in the recomputation (measured: with adapters in
+    // the model dtype, tuning case phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum
+    // peaks at its MLP backward, below a recomputation counted with the output; fp32
+    // phi3/lora/fp32/gc/* and llama/lora/fp32/gc/eager/dropout0.1 agree). With fp32 adapters on a
+    // half model a model-dtype [T, h] of that size stays counted: the bf16 LoRA gc cases need it
+    // (which tensor it is is not established).
+    recompute_stops_in_mlp = stops_at_lora_b && adapter_bytes == p;
+    if (stops_at_lora_b)
       mlp_recompute_point = std::max(mlp_fwd_point, add(at_down, mul(h, add(p, adapter_bytes))));
     mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
@@ -625,7 +634,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
-      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), mul(d.residual, h))));
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
     } else {
       // MoE: an expert intermediate per routed slot and the layer output next to its input.
       // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
