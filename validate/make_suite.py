@@ -283,6 +283,9 @@ def pattern_cases():
         shaped("deepseek_v3", "deepseek_v3/h512-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 4, 2,
                1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
                gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("deepseek_v3", "deepseek_v3/h384-L2-V1024/lora-r32-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 3, 2,
+               1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
+               gradient_accumulation_steps=2, lora={"rank": 32, "alpha": 64, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 
