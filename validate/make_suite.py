@@ -344,6 +344,20 @@ def pattern_cases():
         shaped("gptj", "gptj/h512-L2-V4096/full/bf16/nogc/eager/b1s48/adamw_fused/gas2", 4, 2, 4096,
                precision="bf16", attention="eager", optimizer="adamw_fused", micro_batch_size=1,
                sequence_length=48, gradient_accumulation_steps=2),
+        shaped("phi3", "phi3/h128-L3-V2048/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum", 1, 3, 2048,
+               task="lora", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=2, sequence_length=512,
+               lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("phi3", "phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum", 1, 2, 1024,
+               task="lora", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=2, sequence_length=512,
+               lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("deepseek_v3", "deepseek_v3/h512-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 4, 2,
+               1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
+               gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("deepseek_v3", "deepseek_v3/h384-L2-V1024/lora-r32-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 3, 2,
+               1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
+               gradient_accumulation_steps=2, lora={"rank": 32, "alpha": 64, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 

@@ -576,6 +576,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
   u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
+  bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
   const u64 act_saves = activation_saves(m.activation);
   const bool relu = m.activation == "relu";
   // Per token through one MLP of width w: the activation's saved input(s), the tensors the
@@ -715,8 +716,20 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // of tuning case llama/lora/bf16/gc/sdpa/dropout0.1: no scaled copy).
     // GPT-2-style blocks keep their attn_output local through it.
     const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
-    const u64 recompute_down_out = saves_after_down ? lin_out(LinearInput::MlpHidden, h)
-                                                    : (lora_on(LinearInput::MlpHidden) ? mul(p, h) : 0);
+    u64 recompute_down_out = saves_after_down ? lin_out(LinearInput::MlpHidden, h)
+                                              : (lora_on(LinearInput::MlpHidden) ? mul(p, h) : 0);
+    // Stopping at lora_B, the layer's output is never made either. Measured with adapters in the
+    // model dtype (tuning case phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum
+    // peaks at its MLP backward, below a recomputation counted with the output; fp32
+    // phi3/lora/fp32/gc/* and llama/lora/fp32/gc/eager/dropout0.1 agree): there the output is
+    // not counted, and at down_proj a second [T, h] beside the base output is (which tensor it
+    // is, is not established: one peak dump shows lora_B's output, another none). With fp32
+    // adapters on a half model the count above (base output, then the layer output) holds
+    // (one-shape gptj/codegen lora/bf16/gc/eager, llama/lora/bf16/gc/sdpa/dropout0.1).
+    if (lora_on(LinearInput::MlpHidden) && !saves_after_down && adapter_bytes == p) {
+      recompute_stops_in_mlp = true;
+      recompute_down_out = mul(2, p, h);
+    }
     mlp_recompute_point = std::max(mlp_recompute_point, add(at_down, recompute_down_out));
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
     // a local until the block returns: a [T, h] alive through the MLP that nothing saves
@@ -758,7 +771,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
-      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), mul(d.residual, h))));
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
     } else {
       // MoE: an expert intermediate per routed slot and the layer output next to its input.
       // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
@@ -1070,6 +1083,17 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
     bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask (the kernel keeps it)
   bytes = add(bytes, eager_mask_bytes(m, r, batch, seq));
   if (m.alibi) bytes = add(bytes, mul(batch, m.heads, seq, d.compute));
+  // Non-reentrant checkpointing keeps each layer's inputs for its recomputation: the model-level
+  // bool sliding-window mask [1, 1, s, s] that CPU SDPA layers turn into their own float masks,
+  // and the int64 positions [s] (cache_position, of which position_ids is a view), alive through
+  // the whole backward (measured, peak dump of tuning case
+  // starcoder2/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s1024/adamw: bitwise_and (1, 1, 1024, 1024)
+  // bool and add (1024,) int64 beside the recomputed last layer)
+  if (r.gradient_checkpointing && rotary) {
+    bytes = add(bytes, mul(8, seq));
+    if (r.attention == AttentionImpl::Sdpa && windowed && r.device == Device::Cpu && m.causal)
+      bytes = add(bytes, mul(seq, seq));
+  }
   // The embedding output needs a gradient only when the embeddings train or checkpointing makes
   // it require one (Transformers' enable_input_require_grads for PEFT models); otherwise the
   // embedding dropout and Bloom's embedding LayerNorm (frozen) save nothing (measured,

@@ -180,6 +180,9 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     for (const Linear& lin : m.groups[i].linears)
       if (lin.input == LinearInput::MlpHidden && !lin.routed) down_w = std::max(down_w, lin.weight_params());
     const u64 new_t = !m.groups[i].moe && down_w > 0 ? down_w : mul(2, largest);
+    // (Also under LoRA in MoE layers: tuning cases deepseek_v3/h512-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2
+    // and qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2 are within 0.4 %
+    // with no new adapter gradient, closer than with the two largest adapter matrices.)
     const u64 new_grads = r.task == Task::Full ? std::min(grad, scale(rs.grads, div_ceil(new_t, l.tp), total_t)) : 0;
     runs.push_back({count, kept, la.recomputed, la.backward_transient, la.mlp_backward_transient, la.attention_backward_gross, la.attention_released, grad, casts,
                     la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, la.mlp_backward_at_down});
