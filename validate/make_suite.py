@@ -301,6 +301,14 @@ def pattern_cases():
         shaped("gptj", "gptj/h512-L2-V4096/full/bf16/nogc/eager/b1s48/adamw_fused/gas2", 4, 2, 4096,
                precision="bf16", attention="eager", optimizer="adamw_fused", micro_batch_size=1,
                sequence_length=48, gradient_accumulation_steps=2),
+        # autocast with checkpointing in a parallel block at long sequences (check misses moved by
+        # the parallel block's MLP readers: gptj / codegen full amp_bf16 gc eager)
+        shaped("gptj", "gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw", 2, 2, 1024,
+               precision="amp_bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=1,
+               sequence_length=512),
+        shaped("codegen", "codegen/h256-L2-V1024/full/amp_bf16/gc/eager/b2s384/sgd", 2, 2, 1024,
+               precision="amp_bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=2, sequence_length=384),
     ]
 
 

@@ -685,12 +685,23 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
     mlp_at_down = mul(tokens, add(mul(d.residual, h), at_dgrad));
   }
-  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, add(mlp_saved, attn_tail)));
+  // A parallel block's MLP Linears read the first norm's output: what they keep of it (LoRA's own
+  // casts and rank-r outputs, autocast's half casts, the output itself when only they read it)
+  // goes when their nodes run, before the attention's backward (measured, peak dump of tuning
+  // case phi/h128-L3-V1024/lora-r32-all/bf16/gc/eager/b2s384/sgd at _softmax_backward_data:
+  // the fp32 casts and lora_A outputs of q, k and v, none of fc1's)
+  u64 mlp_readers = 0;
+  if (m.parallel_block) {
+    const SlotKeep mlp_side = slot({LinearInput::MlpIn}, h, norm_out), attn_side = slot({LinearInput::AttnIn}, h, norm_out);
+    mlp_readers = add(mlp_side.extra, mlp_side.shared && !attn_side.shared ? mul(norm_out, h) : 0);
+  }
+  const u64 attn_released = add(add(mlp_saved, attn_tail), mlp_readers);
+  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, attn_released));
   out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
   // the same before what the MLP and the block's tail released is taken off (the moment's own
   // gradients are added to it in estimate.cpp before that subtraction)
   out.attention_backward_gross = add(mul(tokens, mul(3, d.residual, h)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
-  out.attention_released = mul(tokens, add(mlp_saved, attn_tail));
+  out.attention_released = mul(tokens, attn_released);
   out.mlp_backward_transient = mlp_bwd;
   out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
   out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);

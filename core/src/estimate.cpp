@@ -153,11 +153,15 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       }
       const u64 grads_base = fsdp2_units ? mul(rs.grads, l.shard) : rs.grads;
       if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
-      // (Under checkpointing and with fused kernels the attention moment keeps down_proj's
-      // gradient only, as before: with all of them one-shape full gc eager cases of gemma2,
-      // llama and gpt_bigcode overshoot by 1.5-3.9 %, so the recomputed layer's attention moment
-      // is still over in some other term; not established.)
-      late_grad = ar.attention == AttentionImpl::Eager && !gc ? scale(grads_base, late_t, total_t) : down_grad;
+      // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
+      // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
+      // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
+      // gate, up, down and o_proj's). (Fused kernels keep down_proj's gradient only, as before.)
+      // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
+      // (see head_t). Gemma-2 holds one [T, h] residual gradient at that moment, not the three
+      // activations.cpp counts, while autocast and Falcon cases hold more: not resolved, left at
+      // three (gemma2 tuning +1.8 %, one-shape starcoder2 bf16 gc eager +1.3 %).
+      late_grad = ar.attention == AttentionImpl::Eager ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
     // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
