@@ -90,6 +90,11 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: no [2, 1, 512, 512] alive at the
   // loss backward); checkpointing keeps it as an input of each checkpointed layer.
   const u64 shared_after = gc || !(role.embedding || role.head) ? shared : sub_floor(shared, eager_mask_bytes(m, ar, b, seq));
+  // With several 4-D masks (full + sliding), each lives while a checkpointed layer using it has
+  // yet to run its backward: in the bottom layer's backward only that layer's kind is left
+  // (Gemma-2: layer 0 is sliding, the full mask goes with layer 1's backward).
+  const u64 masks_kept = gc && (role.embedding || role.head) ? eager_mask_bytes(m, ar, b, seq) : 0;
+  const u64 masks_gone_at_bottom = masks_kept - masks_kept / eager_mask_count(m);
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
@@ -383,7 +388,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       base(p);
       p.parts["gradients"] = add(persistent_grads, add(grads_done, grads_grow ? mul(done, g.grad) : 0));
       const u64 left = sub_floor(remaining_A, mul(done, g.kept));
-      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, shared_after);
+      const bool bottom_layer = role.embedding && gi == 0 && done + 1 == g.count;
+      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, sub_floor(shared_after, bottom_layer ? masks_gone_at_bottom : 0));
       p.parts["autocast_weight_copies"] = sub_floor(remaining_casts, mul(done, g.casts));
       // Checkpointed layer: its recomputed forward (with the incoming gradient alive), then its
       // backward over the recomputed tensors.
