@@ -309,6 +309,9 @@ def pattern_cases():
         shaped("codegen", "codegen/h256-L2-V1024/full/amp_bf16/gc/eager/b2s384/sgd", 2, 2, 1024,
                precision="amp_bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
                micro_batch_size=2, sequence_length=384),
+        # checkpointing with CPU SDPA's math path at a long sequence, AdamW (check: biogpt fp32 gc sdpa s512)
+        shaped("biogpt", "biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw", 1, 3, 1024, attention="sdpa",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
     ]
 
 
