@@ -697,10 +697,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   const u64 attn_released = add(add(mlp_saved, attn_tail), mlp_readers);
   const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), mul(tokens, attn_released));
-  out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
+  // Gradients of the attention moment besides the score terms: three [T, h] in general; at eager
+  // softmax's backward the residual stream's incoming gradient only in a sequential block, also
+  // the norm output's gradient from the MLP side (waiting for the attention's) in a parallel one,
+  // and the PV matmul's gradient of v (measured, peak dumps at _softmax_backward_data of tuning
+  // cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd: one fp32 [1, 1024, 128] add and a
+  // [4, 1024, 32] bmm; phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: one add and a
+  // [16, 256, 16] bmm; llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor: one fp32 add
+  // and a bf16 [8, 1024, 16] bmm; phi/h128-L3-V1024/lora-r32-all/bf16/gc/eager/b2s384/sgd: two
+  // bf16 [2, 384, 128] adds and a [16, 384, 16] bmm)
+  const bool eager = r.attention == AttentionImpl::Eager;
+  const u64 residual_grads = eager ? (m.parallel_block ? 2 : 1) : 3;
+  const u64 grad_v = eager ? mul(p, ow) : 0;
+  out.attention_backward_transient = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), attn_bwd);
   // the same before what the MLP and the block's tail released is taken off (the moment's own
   // gradients are added to it in estimate.cpp before that subtraction)
-  out.attention_backward_gross = add(mul(tokens, mul(3, d.residual, h)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
+  out.attention_backward_gross = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
   out.attention_released = mul(tokens, attn_released);
   out.mlp_backward_transient = mlp_bwd;
   out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
@@ -878,7 +890,10 @@ u64 eager_mask_count(const ModelSpec& m) {
 
 u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
   if (r.attention != AttentionImpl::Eager || !m.causal) return 0;
-  return mul(eager_mask_count(m), mul(batch, seq, seq, dtypes_for(r).compute));  // 4-D masks [b, 1, s, s]
+  // 4-D masks [b, 1, s, s] in the dtype of the embeddings, fp32 under autocast (measured, peak dump
+  // of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor: an fp32
+  // [1, 1, 1024, 1024] where output)
+  return mul(eager_mask_count(m), mul(batch, seq, seq, dtypes_for(r).residual));
 }
 
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {

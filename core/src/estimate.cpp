@@ -163,9 +163,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
       // gate, up, down and o_proj's). (Fused kernels keep down_proj's gradient only, as before.)
       // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
-      // (see head_t). Gemma-2 holds one [T, h] residual gradient at that moment, not the three
-      // activations.cpp counts, while autocast and Falcon cases hold more: not resolved, left at
-      // three (gemma2 tuning +1.8 %, one-shape starcoder2 bf16 gc eager +1.3 %).
+      // (see head_t).
       late_grad = ar.attention == AttentionImpl::Eager ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
