@@ -312,6 +312,10 @@ def pattern_cases():
         # checkpointing with CPU SDPA's math path at a long sequence, AdamW (check: biogpt fp32 gc sdpa s512)
         shaped("biogpt", "biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw", 1, 3, 1024, attention="sdpa",
                gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        # Bloom's fused query_key_value under LoRA without checkpointing at a long sequence (check: bloom lora qv bf16 nogc eager s384)
+        shaped("bloom", "bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw", 2, 3, 1024, task="lora",
+               precision="bf16", attention="eager", micro_batch_size=2, sequence_length=320,
+               lora={"rank": 32, "alpha": 64, "targets": ["query_key_value"], "dropout": 0.0}),
     ]
 
 

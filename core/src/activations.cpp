@@ -280,6 +280,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (g.linears[i].input == LinearInput::AttnIn && !g.linears[i].routed) attn_linears.push_back(i);
   u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
   u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
+  u64 fwd_only_s = 0;  // fwd_s of a forward that is not a recomputation, where larger
   // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
   // model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
   // GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
@@ -353,6 +354,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       }
       saved_s = add(saved_s, mul(a, probs));
       fwd_s = mul(2, p, a);
+      // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
+      // softmax, the half scores and masked scores, the fp32 copy and the softmax output
+      // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
+      // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
+      // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
+      if (fp32_softmax && p != 4 && !d.amp && !upcasts_qk(m.family)) fwd_only_s = mul(a, add(mul(2, p), 8));
       // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
       // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
       // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
@@ -637,7 +644,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
                                      mul(tokens, mlp_saved));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
-      out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
+      const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
+                                                                 mul(tokens, mlp_saved))
+                                                       : attn_point;
+      out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
       out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), mul(d.residual, h))));
     } else {
       // MoE: an expert intermediate per routed slot and the layer output next to its input
