@@ -358,6 +358,21 @@ def pattern_cases():
         shaped("deepseek_v3", "deepseek_v3/h384-L2-V1024/lora-r32-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 3, 2,
                1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
                gradient_accumulation_steps=2, lora={"rank": 32, "alpha": 64, "targets": "all-linear", "dropout": 0.0}),
+        # autocast with checkpointing in a parallel block at long sequences (check misses moved by
+        # the parallel block's MLP readers: gptj / codegen full amp_bf16 gc eager)
+        shaped("gptj", "gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw", 2, 2, 1024,
+               precision="amp_bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=1,
+               sequence_length=512),
+        shaped("codegen", "codegen/h256-L2-V1024/full/amp_bf16/gc/eager/b2s384/sgd", 2, 2, 1024,
+               precision="amp_bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=2, sequence_length=384),
+        # checkpointing with CPU SDPA's math path at a long sequence, AdamW (check: biogpt fp32 gc sdpa s512)
+        shaped("biogpt", "biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw", 1, 3, 1024, attention="sdpa",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        # Bloom's fused query_key_value under LoRA without checkpointing at a long sequence (check: bloom lora qv bf16 nogc eager s384)
+        shaped("bloom", "bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw", 2, 3, 1024, task="lora",
+               precision="bf16", attention="eager", micro_batch_size=2, sequence_length=320,
+               lora={"rank": 32, "alpha": 64, "targets": ["query_key_value"], "dropout": 0.0}),
     ]
 
 

@@ -355,6 +355,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (g.linears[i].input == LinearInput::AttnIn && !g.linears[i].routed) attn_linears.push_back(i);
   u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
   u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
+  u64 fwd_only_s = 0;  // fwd_s of a forward that is not a recomputation, where larger
   // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
   // model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
   // GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
@@ -437,6 +438,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       }
       saved_s = add(saved_s, mul(a, probs));
       fwd_s = mul(2, p, a);
+      // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
+      // softmax, the half scores and masked scores, the fp32 copy and the softmax output
+      // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
+      // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
+      // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
+      if (fp32_softmax && p != 4 && !d.amp && !upcasts_qk(m.family)) fwd_only_s = mul(a, add(mul(2, p), 8));
       // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
       // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
       // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
@@ -770,7 +777,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
                                      mul(tokens, mlp_saved));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
-      out.forward_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
+      const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
+                                                                 mul(tokens, mlp_saved))
+                                                       : attn_point;
+      out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
       out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
     } else {
       // MoE: an expert intermediate per routed slot and the layer output next to its input.
@@ -832,16 +842,38 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
     mlp_at_down = mul(tokens, add(mul(d.residual, h), at_dgrad));
   }
+  // A parallel block's MLP Linears read the first norm's output: what they keep of it (LoRA's own
+  // casts and rank-r outputs, autocast's half casts, the output itself when only they read it)
+  // goes when their nodes run, before the attention's backward (measured, peak dump of tuning
+  // case phi/h128-L3-V1024/lora-r32-all/bf16/gc/eager/b2s384/sgd at _softmax_backward_data:
+  // the fp32 casts and lora_A outputs of q, k and v, none of fc1's)
+  u64 mlp_readers = 0;
+  if (m.parallel_block) {
+    const SlotKeep mlp_side = slot({LinearInput::MlpIn}, h, norm_out), attn_side = slot({LinearInput::AttnIn}, h, norm_out);
+    mlp_readers = add(mlp_side.extra, mlp_side.shared && !attn_side.shared ? mul(norm_out, h) : 0);
+  }
   // By the attention's backward the MoE block has released its per-layer tensors too: PEFT's
   // merged expert weights W + B@A that grouped_mm kept (measured, peak dump of tuning case
   // mixtral/h128-L3-V2048/lora-r8-all/fp32/gc/eager/b1s768/adamw: at the recomputed layer's
   // _softmax_backward_data no [4, 896, 128] beside the parameters)
-  const u64 attn_released = add(mul(tokens, add(mlp_saved, attn_tail)), per_layer_const);
+  const u64 attn_released = add(mul(tokens, add(add(mlp_saved, attn_tail), mlp_readers)), per_layer_const);
   const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), attn_released);
-  out.attention_backward_transient = add(mul(tokens, mul(3, d.residual, h)), attn_bwd);
+  // Gradients of the attention moment besides the score terms: three [T, h] in general; at eager
+  // softmax's backward the residual stream's incoming gradient only in a sequential block, also
+  // the norm output's gradient from the MLP side (waiting for the attention's) in a parallel one,
+  // and the PV matmul's gradient of v (measured, peak dumps at _softmax_backward_data of tuning
+  // cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd: one fp32 [1, 1024, 128] add and a
+  // [4, 1024, 32] bmm; phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: one add and a
+  // [16, 256, 16] bmm; llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor: one fp32 add
+  // and a bf16 [8, 1024, 16] bmm; phi/h128-L3-V1024/lora-r32-all/bf16/gc/eager/b2s384/sgd: two
+  // bf16 [2, 384, 128] adds and a [16, 384, 16] bmm)
+  const bool eager = r.attention == AttentionImpl::Eager;
+  const u64 residual_grads = eager ? (m.parallel_block ? 2 : 1) : 3;
+  const u64 grad_v = eager ? mul(p, ow) : 0;
+  out.attention_backward_transient = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), attn_bwd);
   // the same before what the MLP and the block's tail released is taken off (the moment's own
   // gradients are added to it in estimate.cpp before that subtraction)
-  out.attention_backward_gross = add(mul(tokens, mul(3, d.residual, h)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
+  out.attention_backward_gross = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
   out.attention_released = attn_released;
   out.mlp_backward_transient = mlp_bwd;
   out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
@@ -1064,7 +1096,10 @@ u64 eager_mask_count(const ModelSpec& m) {
 
 u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
   if (r.attention != AttentionImpl::Eager || !m.causal) return 0;
-  return mul(eager_mask_count(m), mul(batch, seq, seq, dtypes_for(r).compute));  // 4-D masks [b, 1, s, s]
+  // 4-D masks [b, 1, s, s] in the dtype of the embeddings, fp32 under autocast (measured, peak dump
+  // of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor: an fp32
+  // [1, 1, 1024, 1024] where output)
+  return mul(eager_mask_count(m), mul(batch, seq, seq, dtypes_for(r).residual));
 }
 
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {

@@ -90,6 +90,11 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: no [2, 1, 512, 512] alive at the
   // loss backward); checkpointing keeps it as an input of each checkpointed layer.
   const u64 shared_after = gc || !(role.embedding || role.head) ? shared : sub_floor(shared, eager_mask_bytes(m, ar, b, seq));
+  // With several 4-D masks (full + sliding), each lives while a checkpointed layer using it has
+  // yet to run its backward: in the bottom layer's backward only that layer's kind is left
+  // (Gemma-2: layer 0 is sliding, the full mask goes with layer 1's backward).
+  const u64 masks_kept = gc && (role.embedding || role.head) ? eager_mask_bytes(m, ar, b, seq) : 0;
+  const u64 masks_gone_at_bottom = masks_kept - masks_kept / eager_mask_count(m);
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
@@ -155,11 +160,13 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       }
       const u64 grads_base = fsdp2_units ? mul(rs.grads, l.shard) : rs.grads;
       if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
-      // (Under checkpointing and with fused kernels the attention moment keeps down_proj's
-      // gradient only, as before: with all of them one-shape full gc eager cases of gemma2,
-      // llama and gpt_bigcode overshoot by 1.5-3.9 %, so the recomputed layer's attention moment
-      // is still over in some other term; not established.)
-      late_grad = ar.attention == AttentionImpl::Eager && !gc ? scale(grads_base, late_t, total_t) : down_grad;
+      // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
+      // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
+      // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
+      // gate, up, down and o_proj's). (Fused kernels keep down_proj's gradient only, as before.)
+      // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
+      // (see head_t).
+      late_grad = ar.attention == AttentionImpl::Eager ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
     // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
@@ -395,7 +402,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       base(p);
       p.parts["gradients"] = add(persistent_grads, add(grads_done, grads_grow ? mul(done, g.grad) : 0));
       const u64 left = sub_floor(remaining_A, mul(done, g.kept));
-      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, shared_after);
+      const bool bottom_layer = role.embedding && gi == 0 && done + 1 == g.count;
+      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, sub_floor(shared_after, bottom_layer ? masks_gone_at_bottom : 0));
       p.parts["autocast_weight_copies"] = sub_floor(remaining_casts, mul(done, g.casts));
       // Checkpointed layer: its recomputed forward (with the incoming gradient alive), then its
       // backward over the recomputed tensors.
