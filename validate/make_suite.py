@@ -286,6 +286,9 @@ def pattern_cases():
         shaped("deepseek_v3", "deepseek_v3/h384-L2-V1024/lora-r32-all/bf16/nogc/sdpa/b1s48/adamw/gas2", 3, 2,
                1024, task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=48,
                gradient_accumulation_steps=2, lora={"rank": 32, "alpha": 64, "targets": "all-linear", "dropout": 0.0}),
+        # eager attention with one K/V head (no K/V copies at b = 1), sliding and full layers, checkpointing
+        shaped("gemma2", "gemma2/h64-L2-V2048/full/fp32/gc/eager/b1s1024/sgd", 0.5, 2, 2048, attention="eager",
+               gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1, sequence_length=1024),
     ]
 
 

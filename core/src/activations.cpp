@@ -416,6 +416,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       break;
     }
   }
+  const u64 through_attention = saved;  // what the layer keeps up to the attention kernel
   // o_proj's input: the attention output (a transpose copy in eager mode).
   const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
   keep(o_in.extra);
@@ -700,7 +701,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // merged expert weights W + B@A that grouped_mm kept (measured, peak dump of tuning case
   // mixtral/h128-L3-V2048/lora-r8-all/fp32/gc/eager/b1s768/adamw: at the recomputed layer's
   // _softmax_backward_data no [4, 896, 128] beside the parameters)
-  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), add(mul(tokens, mlp_saved), per_layer_const));
+  // In eager attention's backward o_proj, the residual dropout and Gemma2's post-attention norm
+  // are done too: their saved tensors (the transposed attention output, the norm's input and
+  // x_hat) are gone (measured under checkpointing, peak dump of tuning case
+  // gemma2/h64-L2-V2048/full/fp32/gc/eager/b1s1024/sgd: at the recomputed layer's
+  // _softmax_backward_data none of them alive). Applied to checkpointed eager layers only, where it
+  // was measured: without checkpointing, phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused
+  // would go from -1.9 to -2.4 % (what else is alive there is not established).
+  const u64 after_attention = (r.attention == AttentionImpl::Eager && r.gradient_checkpointing) ? sub_floor(before_mlp, through_attention) : 0;
+  const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)),
+                                 add(mul(tokens, add(mlp_saved, after_attention)), per_layer_const));
   out.backward_transient = std::max(mlp_bwd, add(mul(tokens, mul(3, d.residual, h)), attn_bwd));
   if (d.amp) {
     // the half gradient of the largest trained Linear before its cast to the fp32 .grad
@@ -872,9 +882,16 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   for (const LayerGroup& g : m.groups)
     windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq) || (g.attention_chunk > 0 && g.attention_chunk < seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
+  // With both sliding-window and full-attention layers, checkpointing keeps both masks as the
+  // layers' inputs through the backward (measured, peak dump of tuning case
+  // gemma2/h64-L2-V2048/full/fp32/gc/eager/b1s1024/sgd: two fp32 where (1, 1, 1024, 1024) at the
+  // recomputed layer's _softmax_backward_data)
+  bool sliding_layers = false, full_layers = false;
+  for (const LayerGroup& g : m.groups) (g.sliding_window > 0 ? sliding_layers : full_layers) = true;
+  const u64 masks = m.mask_per_layer_kind && r.gradient_checkpointing && sliding_layers && full_layers ? 2 : 1;
   if ((r.attention == AttentionImpl::Eager ||
        (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu)) && m.causal)
-    bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask
+    bytes = add(bytes, mul(masks, batch, seq, seq, d.compute));  // 4-D causal mask(s)
   if (m.alibi) bytes = add(bytes, mul(batch, m.heads, seq, d.compute));
   // Non-reentrant checkpointing keeps each layer's inputs for its recomputation: the model-level
   // bool sliding-window mask [1, 1, s, s] that CPU SDPA layers turn into their own float masks,

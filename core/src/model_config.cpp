@@ -270,6 +270,7 @@ void build_llama_like(Builder& b) {
     qkv_bias = o_bias = r.flag_or({"use_bias"}, true);
   }
   if (t == "starcoder2") window = read_layer_types(r, r.size_or({"sliding_window"}, 0), WindowRule{});
+  m.mask_per_layer_kind = true;  // these modeling files build causal_mask_mapping
   // SmolLM3: every 4th layer is NoPE (SmolLM3Config no_rope_layers); no other family here has NoPE.
   const std::vector<bool> rope = t == "smollm3" ? read_rope_layers(r, L, 4) : std::vector<bool>(L, true);
   m.norm = norm;
@@ -916,6 +917,7 @@ void build_gpt_oss(Builder& b) {
   const ConfigReader& r = b.r;
   m.family = "gpt_oss";
   m.attention_sinks = true;
+  m.mask_per_layer_kind = true;
   const u64 h = read_gqa_dims(b);
   const u64 experts = r.size({"num_local_experts"});
   const u64 topk = r.size({"num_experts_per_tok", "experts_per_token"});

@@ -128,6 +128,9 @@ struct ModelSpec {
   bool fused_qkv = false;       ///< one Linear produces q, k and v
   bool learned_positions = false;
   bool alibi = false;
+  /// Transformers builds one 4-D mask per layer kind (causal_mask_mapping: "full_attention" and
+  /// "sliding_attention"); GPT-Neo builds one and windows inside its local layers
+  bool mask_per_layer_kind = false;
   bool causal = true;           ///< false for encoders (BERT)
   double attention_dropout = 0; ///< dropout probabilities: a p > 0 keeps a mask for backward
   double hidden_dropout = 0;
