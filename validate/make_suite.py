@@ -373,6 +373,9 @@ def pattern_cases():
         shaped("bloom", "bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw", 2, 3, 1024, task="lora",
                precision="bf16", attention="eager", micro_batch_size=2, sequence_length=320,
                lora={"rank": 32, "alpha": 64, "targets": ["query_key_value"], "dropout": 0.0}),
+        # eager attention with one K/V head (no K/V copies at b = 1), sliding and full layers, checkpointing
+        shaped("gemma2", "gemma2/h64-L2-V2048/full/fp32/gc/eager/b1s1024/sgd", 0.5, 2, 2048, attention="eager",
+               gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1, sequence_length=1024),
     ]
 
 
