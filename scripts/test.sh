@@ -50,10 +50,10 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 #  2. the tuning set's shape-randomised and pattern cases, and
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
 #     with MEMFIT_CHECK_SEED=<seed>): both at MEMFIT_SHAPES_TOLERANCE. The target is 2 % there
-#     too; it does not hold yet (replays of data/measurements/cpu-suite-generated.jsonl and
-#     cpu-check.jsonl: 4 of 114 shaped tuning cases over 2 %, worst 3.3 %; 21 of 300 check cases,
-#     worst 5.0 %), so the gate for 2 and 3 sits at 6 %, just above the worst check case: lower
-#     it as they are fixed. The tables print every case's error either way.
+#     too; the replays now hold it (data/measurements/cpu-suite-generated.jsonl: 0 of 152 shaped
+#     tuning cases over 2 %, worst 1.73 %; cpu-check.jsonl: 0 of 300, worst 1.78 %), but the gate
+#     for 2 and 3 still sits at 6 % until the holdout replay says the 2 % target holds on unseen
+#     cases. The tables print every case's error either way.
 # A case that crashes fails the stage whatever the tolerance; so does a LitGPT case when
 # ~/.cache/memfit/litgpt (installed by scripts/setup.sh python) is missing. The 15 LitGPT cases add
 # about 30-60 s.
