@@ -19,13 +19,13 @@
 //    leaf weight is cached for the autocast region.
 // All quantities are bytes per token unless named otherwise; the s x s attention terms are
 // bytes per token per attended position.
-#include <set>
 #include "activations.hpp"
 
 #include "bitsandbytes.hpp"
 #include "frameworks.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace memfit::detail {
 
