@@ -4,6 +4,7 @@
 //   memfit validate CASES.json --device cpu|cuda [--launcher CMD] [--python PATH] [--json|--markdown]
 //                   [--record FILE] [--filter SUBSTRING]... [--tolerance PCT] [--dry-run]
 //   memfit validate --replay FILE [--json|--markdown] [--filter SUBSTRING]... [--tolerance PCT]
+//                   [--tensors [--known FILE]]
 //
 // CASES.json is a list of memfit requests, or {"cases": [...], "defaults": {...}} like
 // data/validation/cpu_suite.json, with the workload's extensions (name, steps, seed, measure,
@@ -49,6 +50,10 @@ int usage() {
                "  --dry-run             print the commands, cases and estimates; run nothing\n"
                "  --trace               record each case's allocation trace and replay it through the simulated\n"
                "                        CUDA caching allocator (a reserved-memory table after the report)\n"
+               "  --tensors             record each layer's tensors and compare them, tensor by tensor, with the core's\n"
+               "                        lists (with --replay: the record's tensors; a table after the report)\n"
+               "  --known FILE          with --tensors: mismatches that are understood (\"FAMILY|* LIST KIND WHAT\" a\n"
+               "                        line, # comments); any other mismatch of a covered family fails the run\n"
                "  --gpu NAME|GIB        GPU for the fits verdict when the case names none (dry runs; CUDA runs\n"
                "                        otherwise use the GPU the workload reports)\n"
                "  --json | --markdown   output format (default: a text table)\n"
@@ -76,6 +81,8 @@ Options parse_args(const std::vector<std::string>& args) {
     else if (a == "--markdown") o.format = Format::Markdown;
     else if (a == "--dry-run") o.dry_run = true;
     else if (a == "--trace") o.trace = true;
+    else if (a == "--tensors") o.tensors = true;
+    else if (is(a, "--known")) o.known_path = value(i, a, "--known");
     else if (a == "--verbose" || a == "-v") o.verbose = true;
     else if (a == "--quiet" || a == "-q") o.quiet = true;
     else if (is(a, "--device")) o.device = value(i, a, "--device");
@@ -148,6 +155,8 @@ int run(const Options& o) {
   const json gpu = gpu_option(o.gpu);
   if (o.trace)
     for (Case& k : cases) k.workload["measure"]["trace"] = true;
+  if (o.tensors)
+    for (Case& k : cases) k.workload["measure"]["tensors"] = true;
   estimate_all(cases, o.device, o.device == "cuda" ? gpu : json(), problems);
   throw_problems(o.cases_path, problems);
   const std::string workload = workload_path(o, root);
