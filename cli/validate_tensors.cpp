@@ -54,10 +54,16 @@ bool creates(const std::string& list_op, const std::string& aten) {
   return it != creators().end() && it->second.count(aten) > 0;
 }
 
+/// When a tensor died: "forward", "backward" or "step" (it outlived the backward).
 std::string fate_of(const std::string& died) {
   if (died == "f" || died == "r") return "forward";
   if (died == "b") return "backward";
-  return "kept";
+  return "step";
+}
+
+std::string died_text(const std::string& died) {
+  const std::string fate = fate_of(died);
+  return fate == "step" ? "outlives the backward" : "dies in the " + fate;
 }
 
 std::vector<Recorded> recorded_rows(const json& t) {
@@ -148,7 +154,7 @@ void compare_forward(const Group& g, const std::vector<Entry>& list, TensorCase&
     const Recorded& x = r[i];
     if (pair[i] < 0) {
       ++out.fwd_total;
-      add("extra", x.op + " " + x.dtype, x.op + " " + x.shape + " " + x.dtype + " " + bytes_text(x.bytes) + ", dies in the " + fate_of(x.died));
+      add("extra", x.op + " " + x.dtype, x.op + " " + x.shape + " " + x.dtype + " " + bytes_text(x.bytes) + ", " + died_text(x.died));
       continue;
     }
     const Entry& e = list[static_cast<size_t>(pair[i])];
@@ -239,11 +245,15 @@ TensorCase compare_case(const Case& k, const json& t) {
   return out;
 }
 
+/// The --known file: "FAMILIES LIST KIND WHAT  # why" a line; FAMILIES is "*" (any family) or
+/// names separated by commas.
 struct Known {
-  std::set<std::string> keys;  ///< "family list kind what" ("*" for any family)
+  std::map<std::string, std::set<std::string>> families;  ///< "list kind what" -> families
   bool has(const std::string& key) const {
     const size_t space = key.find(' ');
-    return keys.count(key) || (space != std::string::npos && keys.count(std::string("*").append(key, space)));
+    if (space == std::string::npos) return false;
+    const auto it = families.find(key.substr(space + 1));
+    return it != families.end() && (it->second.count("*") || it->second.count(key.substr(0, space)));
   }
 };
 
@@ -254,11 +264,13 @@ Known read_known(const std::string& path) {
   if (!in) throw Fatal("cannot read " + path + " (--known): a file of known mismatches, one a line");
   std::string line;
   while (std::getline(in, line)) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    std::string w, key;
-    while (words >> w) key += (key.empty() ? "" : " ") + w;
-    if (!key.empty()) k.keys.insert(key);
+    std::istringstream words(line.substr(0, line.find('#')));
+    std::string fams, w, rest;
+    if (!(words >> fams)) continue;
+    while (words >> w) rest += (rest.empty() ? "" : " ") + w;
+    if (rest.empty()) throw Fatal(path + ": \"" + line + "\" is not FAMILIES LIST KIND WHAT");
+    std::istringstream names(fams);
+    for (std::string f; std::getline(names, f, ',');) k.families[rest].insert(f);
   }
   return k;
 }

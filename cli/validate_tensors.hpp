@@ -38,7 +38,7 @@ struct TensorCase {
 /// One row per case whose result carries measured.tensors.
 std::vector<TensorCase> compare_tensors(const std::vector<Case>& cases);
 /// The per-family summary and the mismatches; `known_path` (may be empty) lists mismatches that
-/// are understood ("FAMILY|* LIST KIND WHAT  # why", one a line). Returns how many mismatches of
+/// are understood ("FAMILIES LIST KIND WHAT  # why", one a line; FAMILIES: "*" or a,b,c). Returns how many mismatches of
 /// covered cases are not in it.
 size_t print_tensor_report(const std::vector<TensorCase>& rows, const std::string& known_path, bool markdown);
 
