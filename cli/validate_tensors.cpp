@@ -325,7 +325,7 @@ size_t print_tensor_report(const std::vector<TensorCase>& rows, const std::strin
   }
   for (const auto& [name, f] : fams) {
     if (f.seen.empty()) continue;
-    std::printf(markdown ? "\n#### %s\n\n| mismatch (family list kind what) | cases x layers | known | first seen |\n|---|---:|---|---|\n"
+    std::printf(markdown ? "\n#### %s\n\n| mismatch (family list kind what) | occurrences | known | first seen |\n|---|---:|---|---|\n"
                          : "\n%s mismatches (family list kind what; count; first seen):\n", name.c_str());
     for (const auto& [key, where] : f.seen) {
       const bool is_known = known.has(key);
