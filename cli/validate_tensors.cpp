@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -120,64 +121,90 @@ struct Group {
   std::vector<Recorded> fwd, bwd;
 };
 
-/// The forward of one group against its list: pairs, then what differs.
-void compare_forward(const Group& g, const std::vector<Entry>& list, TensorCase& out) {
-  const auto& r = g.fwd;
-  // bytes weigh most, then the op, then whether it lives as long as the list says (which of two
-  // equal candidates is the list's tensor)
+/// PyTorch's tensors of one layer paired with the list's entries.
+struct Pairing {
+  std::vector<long> pair;            ///< per recorded tensor: its list entry (-1: none)
+  std::vector<bool> used;            ///< per list entry: paired
+  std::map<size_t, long> list_at;    ///< recorded row -> the entry paired at or before it (in order)
+  std::vector<std::string> reordered;  ///< entries paired out of order: "name|after what"
+};
+
+/// In order (bytes weigh most, then the op, then whether it lives as long as the list says, which
+/// picks the list's tensor among equal candidates); then an entry PyTorch creates elsewhere in the
+/// layer with the same op and bytes is paired out of order.
+Pairing pair_forward(const std::vector<Recorded>& r, const std::vector<Entry>& list) {
   auto score = [&](size_t i, size_t j) {
     const bool op = creates(list[j].op, r[i].op), bytes = r[i].bytes == list[j].bytes;
     const bool fate = (fate_of(r[i].died) == "forward") != list[j].saved;
     return bytes || op ? 4 * bytes + 2 * op + fate : 0;
   };
-  std::vector<long> pair = align(r.size(), list.size(), score);
-  std::vector<bool> used(list.size(), false);
-  std::map<size_t, long> list_at_row;  // recorded row -> the list entry paired at or before it
+  Pairing p{align(r.size(), list.size(), score), std::vector<bool>(list.size(), false), {}, {}};
   long last = -1;
   for (size_t i = 0; i < r.size(); ++i) {
-    if (pair[i] >= 0) last = pair[i], used[static_cast<size_t>(pair[i])] = true;
-    list_at_row[r[i].row] = last;
+    if (p.pair[i] >= 0) last = p.pair[i], p.used[static_cast<size_t>(p.pair[i])] = true;
+    p.list_at[r[i].row] = last;
   }
+  for (size_t j = 0; j < list.size(); ++j)
+    for (size_t i = 0; i < r.size() && !p.used[j]; ++i)
+      if (p.pair[i] < 0 && creates(list[j].op, r[i].op) && r[i].bytes == list[j].bytes) {
+        p.pair[i] = static_cast<long>(j), p.used[j] = true;
+        const long before = p.list_at[r[i].row];
+        p.reordered.push_back(list[j].name + "|" + (before >= 0 ? list[static_cast<size_t>(before)].name : "(start)"));
+      }
+  return p;
+}
+
+/// What differs between a list entry and the tensor paired with it; true when nothing does.
+bool check_pair(const Entry& e, const Recorded& x, const std::vector<Entry>& list, const Pairing& p,
+                const std::function<void(const std::string&, const std::string&)>& add) {
+  const bool op = creates(e.op, x.op);
+  if (!op) add("op", "list: " + e.op + ", PyTorch: " + x.op + " " + x.shape);
+  if (x.elements != e.elements)
+    add("size", "list " + bytes_text(e.bytes) + ", PyTorch " + x.shape + " " + x.dtype + " " + bytes_text(x.bytes));
+  else if (x.bytes != e.bytes)
+    add("dtype", "list " + bytes_text(e.element_bytes) + "/element, PyTorch " + x.dtype);
+  bool ok = op && x.bytes == e.bytes;
+  const std::string fate = fate_of(x.died);
+  if (e.freed_after == "layer_out") return ok;  // handed on: the next list decides
+  if (e.saved && fate == "forward") {
+    add("saved", "the list keeps it for backward, PyTorch freed it in the forward");
+    return false;
+  }
+  if (!e.saved && fate != "forward") {
+    add("freed", "the list frees it after " + e.freed_after + ", PyTorch kept it (" + fate + ")");
+    return false;
+  }
+  const auto at = p.list_at.find(static_cast<size_t>(x.died_after));
+  if (e.saved || e.freed_after == "decoder_end" || at == p.list_at.end()) return ok;
+  const std::string freed_at = at->second >= 0 ? list[static_cast<size_t>(at->second)].name : "(start)";
+  if (freed_at == e.freed_after) return ok;
+  add("freed_at", "list: after " + e.freed_after + ", PyTorch: after " + freed_at);
+  return false;
+}
+
+/// The forward of one group against its list: pairs, then what differs.
+void compare_forward(const Group& g, const std::vector<Entry>& list, TensorCase& out) {
+  const std::vector<Recorded>& r = g.fwd;
+  const Pairing p = pair_forward(r, list);
   auto add = [&](const std::string& kind, const std::string& what, const std::string& detail) {
     out.mismatches.push_back({g.list, kind, what, g.where + ": " + detail});
   };
-  // an entry PyTorch creates elsewhere in the same layer (same op and bytes): out of order
-  for (size_t j = 0; j < list.size(); ++j)
-    for (size_t i = 0; i < r.size() && !used[j]; ++i)
-      if (pair[i] < 0 && creates(list[j].op, r[i].op) && r[i].bytes == list[j].bytes) {
-        pair[i] = static_cast<long>(j), used[j] = true;
-        const long before = list_at_row[r[i].row];
-        add("order", list[j].name, "PyTorch creates it after " + (before >= 0 ? list[static_cast<size_t>(before)].name : "(start)"));
-      }
+  for (const std::string& o : p.reordered)
+    add("order", o.substr(0, o.find('|')), "PyTorch creates it after " + o.substr(o.find('|') + 1));
   out.fwd_total += list.size();
   for (size_t i = 0; i < r.size(); ++i) {
     const Recorded& x = r[i];
-    if (pair[i] < 0) {
+    if (p.pair[i] < 0) {
       ++out.fwd_total;
-      add("extra", x.op + " " + x.dtype, x.op + " " + x.shape + " " + x.dtype + " " + bytes_text(x.bytes) + ", " + died_text(x.died));
+      add("extra", x.op + " " + x.dtype,
+          x.op + " " + x.shape + " " + x.dtype + " " + bytes_text(x.bytes) + ", " + died_text(x.died));
       continue;
     }
-    const Entry& e = list[static_cast<size_t>(pair[i])];
-    const bool op = creates(e.op, x.op);
-    bool ok = op && x.bytes == e.bytes;
-    if (!op) add("op", e.name, "list: " + e.op + ", PyTorch: " + x.op + " " + x.shape);
-    if (x.elements != e.elements) add("size", e.name, "list " + bytes_text(e.bytes) + ", PyTorch " + x.shape + " " + x.dtype + " " + bytes_text(x.bytes));
-    else if (x.bytes != e.bytes) add("dtype", e.name, "list " + bytes_text(e.element_bytes) + "/element, PyTorch " + x.dtype);
-    const std::string fate = fate_of(x.died);
-    if (e.freed_after == "layer_out") {
-    } else if (e.saved && fate == "forward") {
-      add("saved", e.name, "the list keeps it for backward, PyTorch freed it in the forward"), ok = false;
-    } else if (!e.saved && fate != "forward") {
-      add("freed", e.name, "the list frees it after " + e.freed_after + ", PyTorch kept it (" + fate + ")"), ok = false;
-    } else if (!e.saved && e.freed_after != "decoder_end" && list_at_row.count(static_cast<size_t>(x.died_after))) {
-      const long at = list_at_row[static_cast<size_t>(x.died_after)];
-      const std::string pt = at >= 0 ? list[static_cast<size_t>(at)].name : "(start)";
-      if (pt != e.freed_after) add("freed_at", e.name, "list: after " + e.freed_after + ", PyTorch: after " + pt), ok = false;
-    }
-    out.fwd_matched += ok;
+    const Entry& e = list[static_cast<size_t>(p.pair[i])];
+    out.fwd_matched += check_pair(e, x, list, p, [&](const std::string& kind, const std::string& d) { add(kind, e.name, d); });
   }
   for (size_t j = 0; j < list.size(); ++j)
-    if (!used[j]) add("missing", list[j].name, list[j].op + " " + bytes_text(list[j].bytes));
+    if (!p.used[j]) add("missing", list[j].name, list[j].op + " " + bytes_text(list[j].bytes));
 }
 
 /// The backward of one group: the list's creations found among PyTorch's, by bytes in order.
