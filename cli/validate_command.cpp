@@ -37,6 +37,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: memfit validate CASES.json --device cpu|cuda [options]\n"
                "       memfit validate --replay RECORD.jsonl [--json|--markdown] [--filter S] [--tolerance PCT]\n"
+               "                       [--tensors [--known FILE]]\n"
                "options:\n"
                "  --device cpu|cuda     where the workload runs (required unless --replay)\n"
                "  --python PATH         Python with torch, transformers, peft (default: $MEMFIT_PYTHON, the venv of\n"
@@ -53,7 +54,8 @@ int usage() {
                "  --tensors             record each layer's tensors and compare them, tensor by tensor, with the core's\n"
                "                        lists (with --replay: the record's tensors; a table after the report)\n"
                "  --known FILE          with --tensors: mismatches that are understood (\"FAMILIES LIST KIND WHAT\" a\n"
-               "                        line, FAMILIES * or a,b; # comments); any other mismatch of a covered family fails the run\n"
+               "                        line, FAMILIES * or a,b; # comments); any other mismatch of a family the\n"
+               "                        lists cover fails the run\n"
                "  --gpu NAME|GIB        GPU for the fits verdict when the case names none (dry runs; CUDA runs\n"
                "                        otherwise use the GPU the workload reports)\n"
                "  --json | --markdown   output format (default: a text table)\n"
@@ -109,6 +111,11 @@ Options parse_args(const std::vector<std::string>& args) {
     else if (o.cases_path.empty()) o.cases_path = a;
     else throw Fatal("one CASES.json at a time (got \"" + o.cases_path + "\" and \"" + a + "\")", kUsage);
   }
+  if (!o.known_path.empty() && !o.tensors) throw Fatal("--known goes with --tensors", kUsage);
+  if (!o.known_path.empty() && !std::ifstream(o.known_path))
+    throw Fatal("cannot read " + o.known_path + " (--known): a file of known mismatches, one a line");
+  if (o.tensors && o.format == Format::Json)
+    throw Fatal("--tensors prints its comparison as a table: use the text output or --markdown", kUsage);
   if (!o.replay_path.empty()) {
     if (!o.cases_path.empty()) throw Fatal("--replay takes the recorded file instead of CASES.json", kUsage);
     if (!o.record_path.empty()) throw Fatal("--record and --replay do not go together", kUsage);
