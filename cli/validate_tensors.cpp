@@ -39,6 +39,9 @@ const std::map<std::string, std::set<std::string>>& creators() {
       {"linear", {"mm", "addmm", "bmm"}},  // linear = view + mm (+ bias: addmm) for 3-D inputs
       {"matmul", {"bmm", "mm"}},
       {"expand+reshape", {"clone", "_unsafe_view"}},  // reshape of an expanded view copies
+      {"reshape", {"clone", "_unsafe_view"}},         // ... as does reshape of any non-contiguous view
+      {"tensor", {"lift_fresh", "lift_fresh_copy"}},  // torch.tensor(...) inside a forward
+      {"bernoulli_", {"empty_like", "bernoulli"}},    // dropout's mask: empty_like, filled in place
       {"contiguous", {"clone"}},
       // cos() * attention_scaling, cast to the model dtype: the product (or its cast) is what the layers read
       {"cos", {"mul", "_to_copy"}},
