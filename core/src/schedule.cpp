@@ -237,16 +237,9 @@ std::vector<ParamTensor> outer_params(const StepSetup& s) {
 
 /// Everything a run allocates, in order.
 void run(Sink& sink, const StepSetup& s) {
-  OpList emb_l = embedding(s.layer);
-  // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
-  // backward accumulates into it in place
-  if (s.tied_embeddings) emb_l.back().weight = kNone;
-  const OpList layer_l = decoder_layer(s.layer), head_l = head_and_loss(s.layer);
-  // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
-  // enable_input_require_grads only for checkpointing), so that layer has its own list
-  const bool first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
-  OpList first_l;
-  if (first_differs) first_l = layer_l, edit_input_needs_no_grad(first_l);
+  const StepLists lists = step_lists(s);
+  const OpList &emb_l = lists.embedding, &layer_l = lists.layer, &head_l = lists.head, &first_l = lists.first_layer;
+  const bool first_differs = lists.first_differs;
   const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
@@ -331,7 +324,67 @@ void run(Sink& sink, const StepSetup& s) {
   }
 }
 
+std::string_view freed_after(const OpList& l, size_t i) {
+  const TensorOp& t = l[i];
+  if (t.saved) return {};
+  if (t.dies_after == "layer_out" || t.dies_after == "decoder_end") return t.dies_after;
+  size_t at = i + 1;
+  for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
+    if (l[j].name == t.dies_after) {
+      at = j;
+      break;
+    }
+  return l[std::min(at, l.size() - 1)].name;
+}
+
+/// The order of backward(): from the last entry to the first, the skip gradient of a residual
+/// summed where it lands, the weight gradient, the input gradient.
+std::vector<BackwardRow> backward_rows(const StepSetup& s, const OpList& l) {
+  std::vector<BackwardRow> rows;
+  for (size_t i = l.size(); i-- > 0;) {
+    const TensorOp& t = l[i];
+    for (size_t j = i + 1; j < l.size(); ++j)
+      if (l[j].residual_of == t.name) rows.push_back({std::string(t.name) + ".grad_sum", bytes_of(s, t.shape, Dt::Model)});
+    if (const u64 w = bytes_of(s, t.weight, t.weight_dtype); w > 0) rows.push_back({std::string(t.name) + ".weight_grad", w});
+    if (const u64 g = bytes_of(s, t.grad_input, t.grad_dtype); g > 0)
+      rows.push_back({std::string(t.name) + ".grad_input", g});
+  }
+  return rows;
+}
+
+ListTable list_table(const StepSetup& s, std::string_view name, const OpList& l) {
+  ListTable table{name, {}, backward_rows(s, l)};
+  for (size_t i = 0; i < l.size(); ++i) {
+    const TensorOp& t = l[i];
+    const u64 n = t.shape.elements(s.dims), e = s.dtypes.of(t.dtype);
+    if (t.op == "carried" || n == 0) continue;  // created by the previous list, or nothing (the loss)
+    table.forward.push_back({t.name, t.op, n, e, mul(n, e), t.saved, freed_after(l, i)});
+  }
+  return table;
+}
+
 }  // namespace
+
+StepLists step_lists(const StepSetup& s) {
+  StepLists l{embedding(s.layer), {}, decoder_layer(s.layer), head_and_loss(s.layer), false};
+  // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
+  // backward accumulates into it in place
+  if (s.tied_embeddings) l.embedding.back().weight = kNone;
+  // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
+  // enable_input_require_grads only for checkpointing), so that layer has its own list
+  l.first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
+  if (l.first_differs) l.first_layer = l.layer, edit_input_needs_no_grad(l.first_layer);
+  return l;
+}
+
+std::vector<ListTable> tensor_tables(const StepSetup& s) {
+  const StepLists l = step_lists(s);
+  std::vector<ListTable> t{list_table(s, "embedding", l.embedding)};
+  if (l.first_differs) t.push_back(list_table(s, "first_layer", l.first_layer));
+  t.push_back(list_table(s, "layer", l.layer));
+  t.push_back(list_table(s, "head", l.head));
+  return t;
+}
 
 std::optional<StepSetup> step_setup(const Request& r) {
   const ModelSpec& m = r.model;

@@ -42,6 +42,37 @@ struct StepSetup {
 /// full or LoRA, eager or SDPA, single GPU, AdamW. nullopt for anything else.
 [[nodiscard]] std::optional<StepSetup> step_setup(const Request& r);
 
+/// The lists one step runs through: the embedding (rotary tables, masks, the embedding output),
+/// the first decoder layer when it differs from the others, the decoder layer, the head and loss.
+struct StepLists {
+  OpList embedding, first_layer, layer, head;
+  bool first_differs = false;  ///< LoRA without checkpointing: layer 0's input needs no gradient
+};
+[[nodiscard]] StepLists step_lists(const StepSetup& s);
+
+/// One entry of a list, resolved for a setup (what `memfit validate --tensors` compares with the
+/// tensors PyTorch creates).
+struct TensorRow {
+  std::string_view name, op;
+  u64 elements = 0, element_bytes = 0, bytes = 0;
+  bool saved = false;            ///< kept for backward: dies in this list's backward
+  std::string_view freed_after;  ///< not saved: the entry after whose creation it dies ("layer_out":
+                                 ///< handed to the next list, "decoder_end": when the decoder stack returns)
+};
+/// One tensor a list's backward creates: "<entry>.grad_input", "<entry>.weight_grad" (first
+/// micro-batch) or "<entry>.grad_sum" (a residual's skip gradient summed with the branch's).
+struct BackwardRow {
+  std::string name;
+  u64 bytes = 0;
+};
+struct ListTable {
+  std::string_view list;  ///< "embedding", "first_layer", "layer", "head"
+  std::vector<TensorRow> forward;  ///< entries that allocate, in op order
+  std::vector<BackwardRow> backward;  ///< in the order the backward creates them
+};
+/// The step's lists as tables (the input entry, which the previous list created, is left out).
+[[nodiscard]] std::vector<ListTable> tensor_tables(const StepSetup& s);
+
 /// The whole run as the tracker records it: n > 0 allocates n bytes, -k - 1 frees allocation k.
 [[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s);
 
