@@ -261,6 +261,9 @@ void run(Sink& sink, const StepSetup& s) {
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
       const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8));  // input_ids (labels: the same tensor)
+      if (step == 0 && micro == 0)
+        for (u64 w : s.workspaces) sink.alloc(w);  // kept by the cuBLAS handle (PyTorch creates them at
+                                                   // the first matmul, a few tensors later)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
       if (first_differs) {
