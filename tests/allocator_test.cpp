@@ -195,3 +195,22 @@ TEST_CASE("a trace that frees what is not live is rejected with a message", "[al
   CHECK_THROWS_AS(run({1000, -1, -1}), memfit::Error);
   CHECK_THROWS_AS(run({-3}), memfit::Error);
 }
+
+TEST_CASE("PYTORCH_CUDA_ALLOC_CONF strings set the options the simulation follows", "[allocator]") {
+  const Config none = config_from_alloc_conf("");
+  CHECK_FALSE(none.expandable_segments);
+  CHECK(none.max_split_size == kNoLimit);
+  const Config c = config_from_alloc_conf("expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:4");
+  CHECK(c.expandable_segments);
+  CHECK(c.max_split_size == 128 * MiB);
+  CHECK(c.roundup_power2_divisions[0] == 4);
+  CHECK(c.roundup_power2_divisions[15] == 4);
+  // PyTorch raises max_split_size_mb to at least 20 (kLargeBuffer)
+  CHECK(config_from_alloc_conf("max_split_size_mb:4").max_split_size == 20 * MiB);
+  CHECK(config_from_alloc_conf("garbage_collection_threshold:0.6,max_non_split_rounding_mb:64").max_non_split_rounding == 64 * MiB);
+  for (const char* bad : {"expandable_segments", "expandable_segments:yes", "max_split_size_mb:-1", "backend:cudaMallocAsync",
+                          "roundup_power2_divisions:3", "roundup_power2_divisions:[256:1,>:8]"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(config_from_alloc_conf(bad), memfit::Error);
+  }
+}

@@ -414,6 +414,56 @@ u64 rounded_size(u64 bytes, const Config& c) {
   return kMinBlockSize * ((bytes + kMinBlockSize - 1) / kMinBlockSize);
 }
 
+namespace {
+
+u64 conf_number(const std::string& key, const std::string& value) {
+  if (value.empty() || value.size() > 12 || value.find_first_not_of("0123456789") != std::string::npos)
+    throw Error("runtime.alloc_conf: " + key + " needs a whole number, got \"" + value + "\"");
+  return std::stoull(value);
+}
+
+bool conf_bool(const std::string& key, const std::string& value) {
+  if (value == "True" || value == "true" || value == "1") return true;
+  if (value == "False" || value == "false" || value == "0") return false;
+  throw Error("runtime.alloc_conf: " + key + " is True or False, got \"" + value + "\"");
+}
+
+/// One key:value option of PYTORCH_CUDA_ALLOC_CONF (c10/cuda/CUDAAllocatorConfig.cpp parseArgs).
+void apply_conf_option(Config& c, const std::string& key, const std::string& value) {
+  if (key == "expandable_segments") c.expandable_segments = conf_bool(key, value);
+  else if (key == "max_split_size_mb") c.max_split_size = std::max<u64>(conf_number(key, value), 20) << 20;  // PyTorch: at least kLargeBuffer
+  else if (key == "max_non_split_rounding_mb") c.max_non_split_rounding = conf_number(key, value) << 20;
+  else if (key == "roundup_power2_divisions") {
+    if (value.starts_with("["))
+      throw Error("runtime.alloc_conf: roundup_power2_divisions per size range ([256:1,...]) is not simulated; give one number");
+    const u64 d = conf_number(key, value);
+    if (d != 0 && (d & (d - 1)) != 0) throw Error("runtime.alloc_conf: roundup_power2_divisions must be a power of 2");
+    c.roundup_power2_divisions.fill(static_cast<std::uint32_t>(d));
+  } else if (key != "garbage_collection_threshold") {
+    throw Error("runtime.alloc_conf: option \"" + key + "\" is not simulated; supported: expandable_segments, "
+                "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold");
+  }
+}
+
+}  // namespace
+
+Config config_from_alloc_conf(const std::string& conf) {
+  Config c;
+  size_t start = 0;
+  while (start < conf.size()) {
+    size_t end = conf.find(',', start);
+    if (conf.find('[', start) < end) end = conf.find(',', conf.find(']', start));  // a bracketed list holds commas
+    const std::string option = conf.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const size_t colon = option.find(':');
+    if (colon == std::string::npos)
+      throw Error("runtime.alloc_conf: \"" + option + "\" is not key:value (PYTORCH_CUDA_ALLOC_CONF syntax)");
+    apply_conf_option(c, option.substr(0, colon), option.substr(colon + 1));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return c;
+}
+
 Result simulate(const std::vector<Event>& trace, const Config& c) {
   Sim s;
   s.cfg = c;

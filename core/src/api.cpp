@@ -103,6 +103,7 @@ json estimate_to_json(const Estimate& e, const Request& r) {
       {"per_gpu",
        {{"allocated_peak_bytes", e.allocated_peak_bytes},
         {"reserved_peak_bytes", e.reserved_peak_bytes},
+        {"reserved_method", e.reserved_method},
         {"device_total_bytes", e.device_total_bytes},
         {"gpu_memory_bytes", e.gpu_memory_bytes},
         {"headroom_bytes", headroom},

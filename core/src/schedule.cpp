@@ -254,6 +254,9 @@ void run(Sink& sink, const StepSetup& s) {
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
       const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8));  // input_ids (labels: the same tensor)
+      if (step == 0 && micro == 0)
+        for (u64 w : s.workspaces) sink.alloc(w);  // kept by the cuBLAS handle (PyTorch creates them at
+                                                   // the first matmul, a few tensors later)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
       if (first_differs) {
@@ -363,6 +366,14 @@ ListTable list_table(const StepSetup& s, std::string_view name, const OpList& l)
   return table;
 }
 
+/// The run the lists describe: the Hugging Face Trainer's step (logits dropped before backward,
+/// zero_grad(set_to_none=True), the whole-vocabulary loss) with none of the runtime variants.
+bool runtime_modelled(const Runtime& rt) {
+  return rt.framework == Framework::Transformers && rt.drop_outputs_before_backward && rt.zero_grad_to_none &&
+         !rt.use_cache_in_training && rt.loss_chunks == 0 && !rt.optimizer_in_backward && !rt.activation_offloading &&
+         !rt.compile;
+}
+
 }  // namespace
 
 StepLists step_lists(const StepSetup& s) {
@@ -395,7 +406,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.size() != 1 ||
-      r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || r.runtime.compile ||
+      r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       m.attention_dropout > 0 || m.hidden_dropout > 0)
     return std::nullopt;
   const bool qv = !r.lora.all_linear && r.lora.targets.size() == 2 &&

@@ -33,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace memfit::alloc {
@@ -58,6 +59,12 @@ struct Config {
   bool expandable_segments = false;
   std::uint64_t device_limit = kNoLimit;      ///< bytes the allocator may hold before cudaMalloc fails
 };
+
+/// The options of a PYTORCH_CUDA_ALLOC_CONF string ("expandable_segments:True,max_split_size_mb:128"):
+/// expandable_segments, max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions (one
+/// number for every size) and garbage_collection_threshold (accepted, not simulated: it only acts
+/// near a memory fraction limit). "" = PyTorch's defaults. Anything else is an error that lists them.
+[[nodiscard]] Config config_from_alloc_conf(const std::string& conf);
 
 /// One step of a trace. Allocation k (counting allocations from 0) is freed by {free, k}.
 struct Event {
