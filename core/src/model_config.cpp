@@ -585,6 +585,9 @@ void build_gpt_neox(Builder& b) {
   m.activation = r.text_or({"hidden_act"}, "gelu");
   m.parallel_two_norms = r.flag_or({"use_parallel_residual"}, true);
   m.fused_qkv = true;
+  // GPTNeoXAttention: rotary_ndims = int(head_size * partial_rotary_factor), from rotary_pct
+  // (GPTNeoXConfig default 0.25)
+  m.rotary_dim = static_cast<u64>(static_cast<double>(m.head_dim) * r.real_or({"rotary_pct", "partial_rotary_factor"}, 0.25));
   m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
   m.hidden_dropout = r.real_or({"hidden_dropout"}, 0.0);
   m.embedding_params = mul(m.vocab, h);

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "layer_ops_layernorm.hpp"
 #include "memfit/model.hpp"
 
 namespace memfit::sched {
@@ -70,9 +71,10 @@ u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return mul(sh.element
 /// A list resolved for the pass: sizes, and for each entry the index after whose creation it dies.
 struct Resolved {
   const OpList* ops = nullptr;
-  std::vector<u64> bytes, grad_bytes, weight_bytes;
+  std::vector<u64> bytes, grad_bytes, weight_bytes, bias_bytes;
   std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
   std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
+  std::vector<size_t> branch_from;  ///< parallel branches: the entry whose gradient this one reads
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
 };
@@ -87,11 +89,16 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     r.bytes.push_back(t.op == "carried" ? 0 : bytes_of(s, t.shape, t.dtype));
     r.grad_bytes.push_back(bytes_of(s, t.grad_input, t.grad_dtype));
     r.weight_bytes.push_back(bytes_of(s, t.weight, t.weight_dtype));
+    r.bias_bytes.push_back(bytes_of(s, t.bias, t.weight_dtype));
     r.sum_bytes.push_back(bytes_of(s, t.shape, Dt::Model));
     size_t skip = kKeep;
     for (size_t j = 0; j < i && !t.residual_of.empty(); ++j)
       if (l[j].name == t.residual_of) skip = j;
     r.skip_to.push_back(skip);
+    size_t from = kKeep;
+    for (size_t j = i + 1; j < l.size() && !t.branch_of.empty(); ++j)
+      if (l[j].name == t.branch_of) from = j;
+    r.branch_from.push_back(from);
     size_t at = kKeep;
     if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
       at = i + 1;
@@ -143,22 +150,45 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   return st;
 }
 
+/// A gradient waiting at an earlier entry of the list, where autograd sums it with another.
+struct Pending {
+  size_t target;
+  int id;
+};
+
+/// Entry i ends the branch autograd runs second (attention beside an MLP): the gradient the
+/// first branch produced goes to the branches' common input, and entry i reads the gradient
+/// that reached `source` (the branches' sum). If a skip gradient already waits at that input,
+/// autograd sums the two there now, out of place (the skip gradient is still read by entry i).
+void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>& pending, int& grad, int source) {
+  const size_t join = r.skip_to[i];
+  auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return p.target == join; });
+  if (waiting != pending.end() && grad >= 0) {
+    const int sum = sink.alloc(r.sum_bytes[join]);
+    sink.free(grad);
+    waiting->id = sum;
+  } else if (grad >= 0) {
+    pending.push_back({join, grad});
+  }
+  grad = source;
+}
+
 /// Backward of one list: in reverse order, each op creates its input gradient (the incoming one
 /// is released), its weight gradient if trained, and releases what it saved.
 /// `grad` is the gradient flowing in; returns the one flowing out.
 int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads) {
   const OpList& l = *r.ops;
-  struct Pending {
-    size_t target;
-    int id;
-  };
   std::vector<Pending> pending;  // skip gradients of residual adds, waiting for their branch
+  std::vector<int> arrived(l.size(), -1);  // the gradient that reached each entry
   auto held = [&](int id) {
     return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
   };
   for (size_t i = l.size(); i-- > 0;) {
-    for (size_t p = 0; p < pending.size(); ++p) {
-      if (pending[p].target != i) continue;
+    for (size_t p = 0; p < pending.size();) {
+      if (pending[p].target != i) {
+        ++p;
+        continue;
+      }
       const int skip = pending[p].id;
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
       if (grad != skip && grad >= 0) {
@@ -169,10 +199,12 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
       } else {
         grad = skip;
       }
-      break;
     }
+    arrived[i] = grad;
+    if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad, arrived[r.branch_from[i]]);
     if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i]));
-    if (r.skip_to[i] != kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
+    if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i]));
+    if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
     if (r.grad_bytes[i] > 0) {
       const int g = sink.alloc(r.grad_bytes[i]);
       if (!held(grad)) sink.free(grad);
@@ -186,12 +218,8 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
 }
 
 /// Parameter tensors of one decoder layer, in module order (bytes), and which are trained.
-struct ParamTensor {
-  u64 bytes = 0;
-  bool trained = false;
-};
-
 std::vector<ParamTensor> layer_params(const StepSetup& s) {
+  if (!s.layer_weights.empty()) return s.layer_weights;
   const Dims& d = s.dims;
   const u64 m = s.dtypes.model, ad = s.dtypes.adapter;
   const bool full = s.layer.full;
@@ -229,6 +257,7 @@ std::vector<ParamTensor> layer_params(const StepSetup& s) {
 }
 
 std::vector<ParamTensor> outer_params(const StepSetup& s) {
+  if (!s.outer_weights.empty()) return s.outer_weights;
   const u64 m = s.dtypes.model;
   std::vector<ParamTensor> p{{mul(s.dims.v, s.dims.h, m), s.layer.full}, {mul(s.dims.h, m), s.layer.full}};
   if (!s.tied_embeddings) p.push_back({mul(s.dims.v, s.dims.h, m), s.layer.full});
@@ -237,16 +266,18 @@ std::vector<ParamTensor> outer_params(const StepSetup& s) {
 
 /// Everything a run allocates, in order.
 void run(Sink& sink, const StepSetup& s) {
-  OpList emb_l = embedding(s.layer);
+  OpList emb_l = s.lists->embedding(s.layer);
   // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
   // backward accumulates into it in place
-  if (s.tied_embeddings) emb_l.back().weight = kNone;
-  const OpList layer_l = decoder_layer(s.layer), head_l = head_and_loss(s.layer);
+  if (s.tied_embeddings)
+    for (TensorOp& t : emb_l)
+      if (t.name == "embed.out") t.weight = kNone;
+  const OpList layer_l = s.lists->layer(s.layer), head_l = s.lists->head(s.layer);
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
   const bool first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
   OpList first_l;
-  if (first_differs) first_l = layer_l, edit_input_needs_no_grad(first_l);
+  if (first_differs) first_l = layer_l, s.lists->input_needs_no_grad(first_l);
   const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
@@ -333,9 +364,36 @@ void run(Sink& sink, const StepSetup& s) {
 
 }  // namespace
 
+namespace {
+
+/// The families the lists describe: a model family's lists, and what its setup needs beyond the
+/// Llama fields (nullptr: nothing).
+struct FamilyRow {
+  std::string_view family;
+  const FamilyLists* lists;
+  void (*complete)(const Request&, StepSetup&);
+  bool all_linear_lora_only;  ///< LoRA only on every Linear (the lists name no q/v-only variant)
+};
+
+constexpr FamilyRow kFamilies[] = {
+    {"llama", &kLlamaLists, nullptr, false},
+    {"mistral", &kLlamaLists, nullptr, false},
+    {"qwen2", &kLlamaLists, nullptr, false},
+    {"gpt_neox", &kGptNeoxLists, &complete_layernorm_setup, true},
+};
+
+const FamilyRow* family_row(const std::string& family) {
+  for (const FamilyRow& f : kFamilies)
+    if (f.family == family) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
 std::optional<StepSetup> step_setup(const Request& r) {
   const ModelSpec& m = r.model;
-  const bool family = m.family == "llama" || m.family == "mistral" || m.family == "qwen2";
+  const FamilyRow* row = family_row(m.family);
+  const bool family = row != nullptr;
   const bool precision = r.precision == Precision::Fp32 || r.precision == Precision::Bf16 ||
                          r.precision == Precision::Fp16;
   const bool task = r.task == Task::Full || r.task == Task::Lora;
@@ -348,7 +406,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool qv = !r.lora.all_linear && r.lora.targets.size() == 2 &&
                   std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(),
                                       std::vector<std::string>{"q_proj", "v_proj"}.begin());
-  if (r.task == Task::Lora && !r.lora.all_linear && !qv) return std::nullopt;
+  if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   const LayerGroup& g = m.groups.front();
   StepSetup s;
   s.layer.half = r.precision != Precision::Fp32;
@@ -369,6 +427,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
+  s.lists = row->lists;
+  if (row->complete) row->complete(r, s);
   return s;
 }
 

@@ -1,0 +1,335 @@
+// The tensor lists of the LayerNorm families. Sources, cited per entry:
+//  [D] PyTorch tools/autograd/derivatives.yaml: native_layer_norm saves input, mean and rstd
+//      (result1, result2); addmm/linear its input when the weight needs a gradient; gelu saves
+//      self, relu its result; mul saves the other operand; cat and add save nothing; _softmax its
+//      result; bmm/matmul both operands.
+//  [N] transformers models/gpt_neox/modeling_gpt_neox.py (GPTNeoXLayer, GPTNeoXAttention,
+//      apply_rotary_pos_emb over the first rotary_ndims of each head, eager_attention_forward)
+//  [S] transformers integrations/sdpa_attention.py: the output is transposed back with
+//      .contiguous(), a copy when the kernel's output is [b, heads, s, d]-contiguous (q built by cat)
+//  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
+//      to the adapter dtype, the result cast back
+//  [M] the measured CPU allocation traces, data/measurements/cpu-traces.jsonl (order and sizes of
+//      the forward's allocations)
+#include "layer_ops_layernorm.hpp"
+
+#include <algorithm>
+
+#include "memfit/model.hpp"
+
+namespace memfit::sched {
+
+namespace {
+
+const Shape TH = shape(Sym::T, Sym::H);
+const Shape TQ = shape(Sym::T, Sym::Q);
+const Shape TKV = shape(Sym::T, Sym::KV);
+const Shape TI = shape(Sym::T, Sym::I);
+const Shape SS = shape(Sym::B, Sym::A, Sym::S, Sym::S);
+
+TensorOp* find_mut(OpList& l, std::string_view name) {
+  for (TensorOp& t : l)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+OpList::iterator position(OpList& l, std::string_view name) {
+  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
+}
+
+/// The names of one LayerNorm's entries.
+struct NormNames {
+  std::string_view out, mean, rstd;
+};
+constexpr NormNames kLn1{"ln1.out", "ln1.mean", "ln1.rstd"};
+constexpr NormNames kLn2{"ln2.out", "ln2.mean", "ln2.rstd"};
+constexpr NormNames kLnF{"ln_f.out", "ln_f.mean", "ln_f.rstd"};
+
+/// nn.LayerNorm: native_layer_norm returns the output, mean and rstd [b, s, 1]; it saves its input,
+/// mean and rstd [D] (the output is kept by the Linear reading it). Its backward creates the input
+/// gradient and, when trained, the weight and bias gradients.
+void layer_norm(OpList& l, const NormNames& n) {
+  l.push_back({n.out, "native_layer_norm", TH, Dt::Model, true, {}, TH, shape(Sym::H), Dt::Model, Dt::Model, {},
+               shape(Sym::H)});
+  l.push_back({n.mean, "native_layer_norm", shape(Sym::T), Dt::NormStats, true, {}, kNone});
+  l.push_back({n.rstd, "native_layer_norm", shape(Sym::T), Dt::NormStats, true, {}, kNone});
+}
+
+/// An nn.Linear with bias (addmm): saves its input for the weight gradient [D], which the entry
+/// of the input records (`saved`); the output's lifetime is the caller's.
+TensorOp linear(std::string_view name, Shape out, Shape in, Sym in_w, Sym out_w, bool saved,
+                std::string_view dies_after) {
+  return {name, "linear", out, Dt::Model, saved, dies_after, in, shape(in_w, out_w), Dt::Model, Dt::Model, {},
+          shape(out_w)};
+}
+
+/// apply_rotary_pos_emb on the first rotary dims of each head [N]: x_rot * cos, rotate_half
+/// (neg of one half, cat), * sin, add; mul saves cos / sin (shared), nothing per layer [D]; the
+/// rotated part is concatenated back with the pass-through part (cat) [M].
+void partial_rotary(OpList& l, bool k) {
+  const Shape w = shape(Sym::T, k ? Sym::KR : Sym::QR);
+  l.push_back({k ? "k.mul_cos" : "q.mul_cos", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
+  l.push_back({k ? "k.neg" : "q.neg", "neg", shape(Sym::T, k ? Sym::KRHalf : Sym::QRHalf), Dt::Model, false, {}, kNone});
+  l.push_back({k ? "k.rotate_half" : "q.rotate_half", "cat", w, Dt::Model, false, k ? "k.mul_sin" : "q.mul_sin", kNone});
+  l.push_back({k ? "k.mul_sin" : "q.mul_sin", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
+  l.push_back({k ? "k.rot" : "q.rot", "add", w, Dt::Model, false, k ? "k.embed" : "q.embed", kNone});
+}
+
+/// SDPA on CPU (flash kernel): keeps q, k, v, its output and the fp32 logsumexp [D]; its output
+/// is [b, heads, s, d]-contiguous when q was built by cat, so the transpose back is a copy [S][M].
+void sdpa_with_copy(OpList& l) {
+  l.push_back({"attn.out", "_scaled_dot_product_flash_attention", TQ, Dt::Model, true, {}, shape(Sym::T, Sym::QKV)});
+  l.push_back({"attn.lse", "_scaled_dot_product_flash_attention", shape(Sym::B, Sym::A, Sym::S), Dt::F32, true, {},
+               kNone});
+  l.push_back({"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
+}
+
+/// eager_attention_forward [N]: q k^T (both kept by matmul [D]), * scaling, + mask, softmax in
+/// fp32 (kept), the PV matmul on a contiguous copy of the strided v view (kept), the transpose
+/// back (a copy, kept by the output projection). The fused projection output is then no longer
+/// kept by anything: it dies with the attention module's locals [M].
+void eager_attention(OpList& l, std::string_view fused_out, std::string_view last_local) {
+  auto at = l.erase(position(l, "attn.out"), position(l, "attn.copy") + 1);
+  OpList e;
+  e.push_back({"attn.scores", "matmul", SS, Dt::Model, false, {}, TQ});
+  e.push_back({"attn.scaled", "mul", SS, Dt::Model, false, {}, kNone});
+  e.push_back({"attn.masked", "add", SS, Dt::Model, false, {}, kNone});
+  e.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS});
+  e.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+  e.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
+  e.push_back({"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
+  l.insert(at, e.begin(), e.end());
+  TensorOp* f = find_mut(l, fused_out);
+  f->saved = false;
+  f->dies_after = last_local;
+}
+
+/// The MLP: fc1 -> activation -> fc2. gelu saves its input (fc1's output), relu its output [D];
+/// fc2 keeps its input (the activation's output) [D]. fc2's output dies with the block's locals.
+void plain_mlp(OpList& l, const LayerSetup& s, std::string_view last_local) {
+  l.push_back(linear("fc1.out", TI, TH, Sym::H, Sym::I, s.act != Activation::Relu, {}));
+  l.push_back({"mlp.act", s.act == Activation::Relu ? "relu" : "gelu", TI, Dt::Model, true, {}, TI});
+  l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local));
+}
+
+}  // namespace
+
+/// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
+/// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
+/// layer returns [M].
+OpList gpt_neox_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});  // both norms save it [D]
+  layer_norm(l, kLn1);
+  // query_key_value, viewed [b, s, heads, 3d] and chunked: v is a view of it, kept by SDPA [N]
+  l.push_back(linear("qkv.out", shape(Sym::T, Sym::QKV), TH, Sym::H, Sym::QKV, true, {}));
+  partial_rotary(l, false);
+  partial_rotary(l, true);
+  l.push_back({"q.embed", "cat", TQ, Dt::Model, true, {}, shape(Sym::T, Sym::Q)});
+  l.push_back({"k.embed", "cat", TKV, Dt::Model, true, {}, shape(Sym::T, Sym::KV)});
+  sdpa_with_copy(l);
+  l.push_back(linear("dense.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out"));
+  // the attention branch runs second in backward: it reads the layer's incoming gradient, and the
+  // MLP branch's input gradient waits at the input
+  find_mut(l, "dense.out")->branch_of = "mlp.sum";
+  find_mut(l, "dense.out")->residual_of = "input";
+  layer_norm(l, kLn2);
+  plain_mlp(l, s, "layer.out");
+  l.push_back({"mlp.sum", "add", TH, Dt::Model, false, {}, kNone});
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
+  if (s.eager) eager_attention(l, "qkv.out", "dense.out");
+  if (s.half) {
+    // softmax(dtype=float32).to(query.dtype): the half copy is what the PV matmul keeps [N][D]
+    if (find_op(l, "attn.softmax")) {
+      l.insert(position(l, "attn.softmax") + 1,
+               {"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+    }
+  }
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
+/// GPTNeoXModel [N]: embed_in (saves the indices only [D]); the rotary cos / sin [1, s, rotary
+/// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims).
+OpList gpt_neox_embedding(const LayerSetup& s) {
+  (void)s;
+  OpList l;
+  l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+  return l;
+}
+
+/// final_layer_norm, the untied head (embed_out) and ForCausalLMLoss, as the Llama head:
+/// logits (upcast in half precision), shifted labels, log_softmax (kept), nll_loss [D].
+OpList layernorm_head(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLnF);
+  if (!s.full)
+    for (TensorOp& t : l) t.weight = kNone, t.bias = kNone;
+  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
+               s.full ? shape(Sym::V, Sym::H) : kNone});
+  if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, {}, shape(Sym::T, Sym::V)});
+  l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
+  l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
+               shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
+  l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+  return l;
+}
+
+const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm_head,
+                                &edit_layernorm_input_needs_no_grad};
+
+namespace {
+
+/// The entry names LoRA gives one adapted Linear [P].
+struct LoraNames {
+  std::string_view out, base, in, a, b, scaled, sum;
+};
+constexpr LoraNames kLoraNames[] = {
+    {"qkv.out", "qkv.base", "qkv.lora_in", "qkv.lora_A", "qkv.lora_B", "qkv.lora_scaled", "qkv.lora_sum"},
+    {"q_proj.out", "q_proj.base", "q.lora_in", "q.lora_A", "q.lora_B", "q.lora_scaled", "q.lora_sum"},
+    {"k_proj.out", "k_proj.base", "k.lora_in", "k.lora_A", "k.lora_B", "k.lora_scaled", "k.lora_sum"},
+    {"v_proj.out", "v_proj.base", "v.lora_in", "v.lora_A", "v.lora_B", "v.lora_scaled", "v.lora_sum"},
+    {"dense.out", "dense.base", "dense.lora_in", "dense.lora_A", "dense.lora_B", "dense.lora_scaled", "dense.lora_sum"},
+    {"fc1.out", "fc1.base", "fc1.lora_in", "fc1.lora_A", "fc1.lora_B", "fc1.lora_scaled", "fc1.lora_sum"},
+    {"fc2.out", "fc2.base", "fc2.lora_in", "fc2.lora_A", "fc2.lora_B", "fc2.lora_scaled", "fc2.lora_sum"},
+};
+
+/// The entry whose tensor a Linear reads.
+std::string_view linear_input(const OpList& l, std::string_view out) {
+  if (out == "qkv.out" || out == "q_proj.out" || out == "k_proj.out" || out == "v_proj.out") return "ln1.out";
+  if (out == "dense.out") return "attn.copy";
+  if (out == "fc1.out") return find_op(l, "ln2.out") ? "ln2.out" : "ln1.out";
+  return "mlp.act";
+}
+
+/// One adapted Linear: the frozen base product, lora_A (saves its input, in the adapter dtype),
+/// lora_B, the scaled adapter output, the sum (fp32 by type promotion in half precision, then cast
+/// back) [P]. The sum keeps the base output's name, lifetime and consumers.
+void adapt_linear(OpList& l, const LoraNames& n, bool half) {
+  auto it = position(l, n.out);
+  TensorOp result = *it;
+  const Shape out = it->shape, in = it->grad_input;
+  const Sym in_w = in.f[1], out_w = out.f[1];
+  it->name = n.base;
+  it->saved = false;
+  it->dies_after = half ? n.sum : n.out;
+  it->weight = kNone;
+  it->bias = kNone;
+  it->branch_of = {};
+  it->residual_of = {};
+  OpList e;
+  if (half) e.push_back({n.in, "_to_copy", in, Dt::F32, true, {}, in});
+  e.push_back({n.a, "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in, shape(in_w, Sym::R), Dt::Adapter,
+               Dt::Adapter});
+  e.push_back({n.b, "linear", out, Dt::Adapter, false, n.scaled, shape(Sym::T, Sym::R), shape(Sym::R, out_w),
+               Dt::Adapter, Dt::Adapter});
+  e.push_back({n.scaled, "mul", out, Dt::Adapter, false, half ? n.sum : n.out, kNone});
+  if (half) e.push_back({n.sum, "add", out, Dt::F32, false, {}, out});
+  result.op = half ? "_to_copy" : "add";
+  result.weight = kNone;
+  result.bias = kNone;
+  result.grad_input = out;
+  e.push_back(result);
+  l.insert(position(l, n.base) + 1, e.begin(), e.end());
+}
+
+}  // namespace
+
+void edit_layernorm_lora(OpList& l, bool half) {
+  // frozen norms: no weight or bias gradients (LayerNorm's backward needs no normalised copy) [D]
+  for (TensorOp& t : l) t.weight = kNone, t.bias = kNone;
+  for (const LoraNames& n : kLoraNames) {
+    if (!find_op(l, n.out)) continue;
+    const std::string_view input = linear_input(l, n.out);
+    adapt_linear(l, n, half);
+    // in half precision lora_A keeps its own fp32 cast: a Linear's half input stays only if its
+    // own op saves it (relu its output) [P][D]
+    TensorOp* in = find_mut(l, input);
+    if (half && in && in->op != "relu") in->saved = false, in->dies_after = n.in;
+  }
+}
+
+void edit_layernorm_input_needs_no_grad(OpList& l) {
+  // the first layer of a LoRA run without checkpointing: its input (the frozen embedding's
+  // output) needs no gradient, so the norms reading it record nothing, and the frozen Linears
+  // and adapters reading their outputs compute no input gradient; only the adapters' own chain
+  // (lora_B onwards) needs one [D]. In a parallel block the MLP reads the input's norm too.
+  const bool parallel = find_op(l, "mlp.sum") != nullptr;
+  auto reads_input = [&](std::string_view n) {
+    for (std::string_view p : {"ln1.", "qkv.", "q_proj.", "k_proj.", "v_proj.", "q.lora_", "k.lora_", "v.lora_"})
+      if (n.starts_with(p)) return true;
+    if (!parallel) return false;
+    return n.starts_with("ln2.") || n.starts_with("fc1.");
+  };
+  for (TensorOp& t : l) {
+    const std::string_view n = t.name;
+    if (!reads_input(n)) continue;
+    const bool adapter_chain = n.ends_with("lora_B") || n.ends_with("lora_scaled") || n.ends_with("lora_sum") ||
+                               n.ends_with("_proj.out") || n == "qkv.out" || n == "fc1.out";
+    if (!adapter_chain) t.grad_input = kNone;
+    if (n.ends_with(".mean") || n.ends_with(".rstd")) t.saved = false, t.dies_after = {};
+  }
+  TensorOp* in = find_mut(l, "input");
+  in->saved = false;
+  in->dies_after = "layer.out";
+  for (TensorOp& t : l)
+    if (t.residual_of == "input" && t.branch_of.empty()) t.residual_of = {};
+}
+
+namespace {
+
+Activation activation_of(const std::string& act) {
+  if (act == "relu") return Activation::Relu;
+  if (act == "silu") return Activation::Silu;
+  if (act == "gelu_new" || act == "gelu_fast" || act == "gelu_python") return Activation::GeluExpr;
+  return Activation::Gelu;  // gelu, gelu_pytorch_tanh: F.gelu
+}
+
+/// `elements` parameters held as tensors of `width` (the norms' weights and biases).
+void split_params(std::vector<ParamTensor>& p, u64 elements, u64 width, u64 bytes, bool trained) {
+  for (u64 e = 0; e < elements && width > 0; e += width) p.push_back({mul(std::min(width, elements - e), bytes), trained});
+}
+
+}  // namespace
+
+void complete_layernorm_setup(const Request& r, StepSetup& s) {
+  const ModelSpec& m = r.model;
+  const LayerGroup& g = m.groups.front();
+  const u64 bytes = s.dtypes.model, ad = s.dtypes.adapter;
+  const bool full = s.layer.full;
+  s.dims.qkv = add(s.dims.q, mul(2, s.dims.kv));
+  if (m.rotary_dim > 0) {
+    s.dims.qr = mul(m.heads, m.rotary_dim);
+    s.dims.kr = mul(m.kv_heads, m.rotary_dim);
+    s.dims.head_dim = m.rotary_dim;  // what cos / sin hold per position
+  }
+  s.dtypes.norm_stats = r.device == Device::Cuda ? 4 : bytes;  // native_layer_norm: acc type on CUDA
+  s.layer.act = activation_of(m.activation);
+  s.layer.attn_dropout = m.attention_dropout > 0;
+  s.layer.resid_dropout = m.hidden_dropout > 0;
+  s.layer.embd_dropout = m.embedding_dropout > 0;
+  s.layer.cuda = r.device == Device::Cuda;
+  // the layer's norms (weight and bias of width h), then each Linear's weight and bias; LoRA's A
+  // [r, in] and B [out, r] for every Linear, in the adapter dtype (PEFT)
+  std::vector<ParamTensor>& lw = s.layer_weights;
+  split_params(lw, g.other_params, m.hidden, bytes, full);
+  for (const Linear& l : g.linears) {
+    lw.push_back({mul(l.weight_params(), bytes), full});
+    if (l.bias) lw.push_back({mul(l.bias_params(), bytes), full});
+  }
+  if (!full)
+    for (const Linear& l : g.linears) lw.push_back({mul(s.dims.r, l.in, ad), true}), lw.push_back({mul(l.out, s.dims.r, ad), true});
+  std::vector<ParamTensor>& ow = s.outer_weights;
+  ow.push_back({mul(m.embedding_params, bytes), full});
+  if (m.position_params > 0) ow.push_back({mul(m.position_params, bytes), full});
+  split_params(ow, m.other_params, m.hidden, bytes, full);
+  if (!m.tied_embeddings) {
+    ow.push_back({mul(m.lm_head.weight_params(), bytes), full});
+    if (m.lm_head.bias) ow.push_back({mul(m.lm_head.bias_params(), bytes), full});
+  }
+}
+
+}  // namespace memfit::sched

@@ -1,0 +1,24 @@
+// The tensor lists of the LayerNorm families (GPT-NeoX, ...): a LayerNorm (native_layer_norm
+// saves its input, mean and rstd), an ungated MLP (fc1 -> activation -> fc2), biases, fused
+// q/k/v projections, partial rotary embeddings and parallel attention + MLP blocks, written as
+// edits of the same entries layer_ops.hpp defines. schedule.cpp's family table picks them.
+#pragma once
+
+#include "layer_ops.hpp"
+#include "schedule.hpp"
+
+namespace memfit::sched {
+
+/// GPT-NeoX (modeling_gpt_neox.py): fused query_key_value, partial rotary, parallel residual.
+extern const FamilyLists kGptNeoxLists;
+
+/// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
+/// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary
+/// widths, the activation and the dropouts.
+void complete_layernorm_setup(const Request& r, StepSetup& s);
+
+/// The edits, exposed for tests.
+void edit_layernorm_lora(OpList& l, bool half);
+void edit_layernorm_input_needs_no_grad(OpList& l);
+
+}  // namespace memfit::sched
