@@ -7,6 +7,8 @@
 //      apply_rotary_pos_emb over the first rotary_ndims of each head, eager_attention_forward)
 //  [S] transformers integrations/sdpa_attention.py: the output is transposed back with
 //      .contiguous(), a copy when the kernel's output is [b, heads, s, d]-contiguous (q built by cat)
+//  [F] transformers models/falcon/modeling_falcon.py (FalconDecoderLayer, FalconAttention,
+//      _split_heads for new_decoder_architecture)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
 //  [M] the measured CPU allocation traces, data/measurements/cpu-traces.jsonl (order and sizes of
@@ -58,21 +60,22 @@ void layer_norm(OpList& l, const NormNames& n) {
 /// An nn.Linear with bias (addmm): saves its input for the weight gradient [D], which the entry
 /// of the input records (`saved`); the output's lifetime is the caller's.
 TensorOp linear(std::string_view name, Shape out, Shape in, Sym in_w, Sym out_w, bool saved,
-                std::string_view dies_after) {
+                std::string_view dies_after, bool bias = true) {
   return {name, "linear", out, Dt::Model, saved, dies_after, in, shape(in_w, out_w), Dt::Model, Dt::Model, {},
-          shape(out_w)};
+          bias ? shape(out_w) : kNone};
 }
 
 /// apply_rotary_pos_emb on the first rotary dims of each head [N]: x_rot * cos, rotate_half
 /// (neg of one half, cat), * sin, add; mul saves cos / sin (shared), nothing per layer [D]; the
 /// rotated part is concatenated back with the pass-through part (cat) [M].
-void partial_rotary(OpList& l, bool k) {
+void partial_rotary(OpList& l, bool k, bool whole_head = false) {
   const Shape w = shape(Sym::T, k ? Sym::KR : Sym::QR);
   l.push_back({k ? "k.mul_cos" : "q.mul_cos", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
   l.push_back({k ? "k.neg" : "q.neg", "neg", shape(Sym::T, k ? Sym::KRHalf : Sym::QRHalf), Dt::Model, false, {}, kNone});
   l.push_back({k ? "k.rotate_half" : "q.rotate_half", "cat", w, Dt::Model, false, k ? "k.mul_sin" : "q.mul_sin", kNone});
   l.push_back({k ? "k.mul_sin" : "q.mul_sin", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
-  l.push_back({k ? "k.rot" : "q.rot", "add", w, Dt::Model, false, k ? "k.embed" : "q.embed", kNone});
+  l.push_back({k ? "k.rot" : "q.rot", "add", w, Dt::Model, whole_head, whole_head ? "" : (k ? "k.embed" : "q.embed"),
+               kNone});
 }
 
 /// SDPA on CPU (flash kernel): keeps q, k, v, its output and the fp32 logsumexp [D]; its output
@@ -106,10 +109,10 @@ void eager_attention(OpList& l, std::string_view fused_out, std::string_view las
 
 /// The MLP: fc1 -> activation -> fc2. gelu saves its input (fc1's output), relu its output [D];
 /// fc2 keeps its input (the activation's output) [D]. fc2's output dies with the block's locals.
-void plain_mlp(OpList& l, const LayerSetup& s, std::string_view last_local) {
-  l.push_back(linear("fc1.out", TI, TH, Sym::H, Sym::I, s.act != Activation::Relu, {}));
+void plain_mlp(OpList& l, const LayerSetup& s, std::string_view last_local, bool bias = true) {
+  l.push_back(linear("fc1.out", TI, TH, Sym::H, Sym::I, s.act != Activation::Relu, {}, bias));
   l.push_back({"mlp.act", s.act == Activation::Relu ? "relu" : "gelu", TI, Dt::Model, true, {}, TI});
-  l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local));
+  l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local, bias));
 }
 
 }  // namespace
@@ -149,6 +152,18 @@ OpList gpt_neox_layer(const LayerSetup& s) {
   return l;
 }
 
+/// FalconModel [F]: word_embeddings, rotary cos / sin [1, s, head_dim]; eager attention reads one
+/// [b, 1, s, s] mask built for all layers, alive until the decoder stack returns [M].
+OpList falcon_embedding(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  if (s.eager)
+    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+  return l;
+}
+
 /// GPTNeoXModel [N]: embed_in (saves the indices only [D]); the rotary cos / sin [1, s, rotary
 /// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims).
 OpList gpt_neox_embedding(const LayerSetup& s) {
@@ -178,8 +193,73 @@ OpList layernorm_head(const LayerSetup& s) {
   return l;
 }
 
+void falcon_eager_attention(OpList& l);
+
+/// FalconDecoderLayer, new_decoder_architecture with two norms [F]: ln_attn and ln_mlp both read
+/// the input; out = (mlp += attn) + x (the in-place add allocates nothing). ln_mlp is computed
+/// first in the forward; the list places it where autograd's backward meets it (after the
+/// attention branch's output), as the sums of the two branches happen at the input.
+OpList falcon_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("qkv.out", shape(Sym::T, Sym::QKV), TH, Sym::H, Sym::QKV, false, "dense.out", false));
+  // _split_heads [F]: key / value picked with an index list (a copy [b, s, kv, 1, d]), broadcast
+  // to every query head and flattened (copies [b, s, heads, d]); q's flatten of a strided view
+  // is a copy too [M]
+  const Shape tkv = shape(Sym::T, Sym::KV);
+  l.push_back({"attn.k_index", "tensor", shape(Sym::One), Dt::I64, false, "attn.k_gather", kNone});
+  l.push_back({"attn.k_gather", "index", tkv, Dt::Model, false, "attn.v_flat", tkv});
+  l.push_back({"attn.v_index", "tensor", shape(Sym::One), Dt::I64, false, "attn.v_gather", kNone});
+  l.push_back({"attn.v_gather", "index", tkv, Dt::Model, false, "attn.v_flat", tkv});
+  l.push_back({"attn.q_flat", "reshape", TQ, Dt::Model, false, "k.rot", TQ});
+  l.push_back({"attn.k_flat", "reshape", TQ, Dt::Model, false, "k.rot", TQ});
+  l.push_back({"attn.v_flat", "reshape", TQ, Dt::Model, true, {}, TQ});
+  partial_rotary(l, false, true);
+  partial_rotary(l, true, true);
+  // SDPA: the attention mask is built inside every layer, and the kernel keeps it with q, k, v,
+  // its output and logsumexp [M]; the output's layout makes the reshape for dense a view
+  l.push_back({"attn.mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
+  l.push_back({"attn.out", "_scaled_dot_product_flash_attention", TQ, Dt::Model, true, {}, TQ});
+  l.push_back({"attn.lse", "_scaled_dot_product_flash_attention", shape(Sym::B, Sym::A, Sym::S), Dt::F32, true, {},
+               kNone});
+  l.push_back(linear("dense.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out", false));
+  find_mut(l, "dense.out")->branch_of = "layer.out";
+  find_mut(l, "dense.out")->residual_of = "input";
+  layer_norm(l, kLn2);
+  plain_mlp(l, s, "layer.out", false);
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
+  if (s.eager) falcon_eager_attention(l);
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
+/// FalconAttention's eager path (no alibi) [F]: q @ k^T on contiguous copies of the rotated q and
+/// k (kept by the matmul), /= sqrt(d) in place, + the model's mask, softmax in the model dtype
+/// (kept), @ a contiguous copy of v (kept), the merge of heads (a copy, kept by dense); the rotated
+/// q, k and v then die with the attention's locals [M].
+void falcon_eager_attention(OpList& l) {
+  auto at = l.erase(position(l, "attn.mask"), position(l, "attn.lse") + 1);
+  OpList e;
+  e.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+  e.push_back({"attn.k_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+  e.push_back({"attn.scores", "matmul", SS, Dt::Model, false, "attn.softmax", TQ});
+  e.push_back({"attn.masked", "add", SS, Dt::Model, false, {}, kNone});
+  e.push_back({"attn.softmax", "_softmax", SS, Dt::Model, true, {}, SS});
+  e.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+  e.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
+  e.push_back({"attn.copy", "reshape", TQ, Dt::Model, true, {}, kNone});
+  l.insert(at, e.begin(), e.end());
+  for (std::string_view n : {"q.rot", "k.rot", "attn.v_flat"}) {
+    TensorOp* t = find_mut(l, n);
+    t->saved = false;
+    t->dies_after = "dense.out";
+  }
+}
+
 const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm_head,
                                 &edit_layernorm_input_needs_no_grad};
+const FamilyLists kFalconLists{&falcon_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 
 namespace {
 
@@ -200,7 +280,7 @@ constexpr LoraNames kLoraNames[] = {
 /// The entry whose tensor a Linear reads.
 std::string_view linear_input(const OpList& l, std::string_view out) {
   if (out == "qkv.out" || out == "q_proj.out" || out == "k_proj.out" || out == "v_proj.out") return "ln1.out";
-  if (out == "dense.out") return "attn.copy";
+  if (out == "dense.out") return find_op(l, "attn.copy") ? "attn.copy" : "attn.out";
   if (out == "fc1.out") return find_op(l, "ln2.out") ? "ln2.out" : "ln1.out";
   return "mlp.act";
 }
@@ -248,7 +328,8 @@ void edit_layernorm_lora(OpList& l, bool half) {
     // in half precision lora_A keeps its own fp32 cast: a Linear's half input stays only if its
     // own op saves it (relu its output) [P][D]
     TensorOp* in = find_mut(l, input);
-    if (half && in && in->op != "relu") in->saved = false, in->dies_after = n.in;
+    const bool kept_by_own_op = in && (in->op == "relu" || in->op.starts_with("_scaled_dot_product"));
+    if (half && in && !kept_by_own_op) in->saved = false, in->dies_after = n.in;
   }
 }
 
@@ -330,6 +411,11 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
     ow.push_back({mul(m.lm_head.weight_params(), bytes), full});
     if (m.lm_head.bias) ow.push_back({mul(m.lm_head.bias_params(), bytes), full});
   }
+}
+
+void complete_falcon_setup(const Request& r, StepSetup& s) {
+  complete_layernorm_setup(r, s);
+  s.dims.kr = s.dims.q;  // _split_heads broadcasts K to every query head before rotary
 }
 
 }  // namespace memfit::sched

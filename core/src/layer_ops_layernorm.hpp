@@ -11,11 +11,16 @@ namespace memfit::sched {
 
 /// GPT-NeoX (modeling_gpt_neox.py): fused query_key_value, partial rotary, parallel residual.
 extern const FamilyLists kGptNeoxLists;
+/// Falcon (modeling_falcon.py), new_decoder_architecture: fused query_key_value with GQA
+/// broadcast to every head, full rotary, two norms in parallel, no biases.
+extern const FamilyLists kFalconLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary
 /// widths, the activation and the dropouts.
 void complete_layernorm_setup(const Request& r, StepSetup& s);
+/// Falcon: K is broadcast to every query head before the rotary embedding.
+void complete_falcon_setup(const Request& r, StepSetup& s);
 
 /// The edits, exposed for tests.
 void edit_layernorm_lora(OpList& l, bool half);

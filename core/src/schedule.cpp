@@ -380,6 +380,7 @@ constexpr FamilyRow kFamilies[] = {
     {"mistral", &kLlamaLists, nullptr, false},
     {"qwen2", &kLlamaLists, nullptr, false},
     {"gpt_neox", &kGptNeoxLists, &complete_layernorm_setup, true},
+    {"falcon", &kFalconLists, &complete_falcon_setup, true},
 };
 
 const FamilyRow* family_row(const std::string& family) {
