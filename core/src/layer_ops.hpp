@@ -74,6 +74,7 @@ struct TensorOp {
   bool saved = false;           ///< autograd keeps it until this layer's backward reaches it
   /// A tensor not saved dies after the entry of this name has been created (its last consumer);
   /// "" = after the next entry. "layer_out": carried to the next layer (the residual stream).
+  /// "next_layer": a checkpointed layer returns it (saved or not), alive until the next layer returns.
   std::string_view dies_after{};
   Shape grad_input = kNone;     ///< what this op's backward creates: the gradient of its input
   Shape weight = kNone;         ///< a trained weight: its gradient appears in this op's backward

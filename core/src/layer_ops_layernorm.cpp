@@ -245,7 +245,9 @@ void falcon_eager_attention(OpList& l) {
   e.push_back({"attn.k_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
   e.push_back({"attn.scores", "matmul", SS, Dt::Model, false, "attn.softmax", TQ});
   e.push_back({"attn.masked", "add", SS, Dt::Model, false, {}, kNone});
-  e.push_back({"attn.softmax", "_softmax", SS, Dt::Model, true, {}, SS});
+  // the layer returns the softmax output (attention weights): under checkpointing, where nothing
+  // saves it, the model's loop holds it until the next layer has returned [F][M]
+  e.push_back({"attn.softmax", "_softmax", SS, Dt::Model, true, "next_layer", SS});
   e.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
   e.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   e.push_back({"attn.copy", "reshape", TQ, Dt::Model, true, {}, kNone});

@@ -121,17 +121,31 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
 struct ListState {
   std::vector<int> ids;
   int out = -1;  ///< the carried output (last entry)
+  int returned = -1;  ///< a checkpointed list's tensor the caller keeps until the next list ends
   std::vector<int> weight_grads;
 };
 
+/// torch.utils.checkpoint (non-reentrant, early stop): the recomputation stops once the last
+/// tensor the backward needs has been saved again, i.e. right after the op that saves the last
+/// saved entry (the entry after it); what it created and nothing saves is released.
+size_t recompute_end(const Resolved& r) {
+  const OpList& l = *r.ops;
+  size_t last = 0;
+  for (size_t j = 0; j < l.size(); ++j)
+    if (l[j].saved && r.bytes[j] > 0) last = j;
+  return std::min(l.size(), last + 2);
+}
+
 /// Forward of one list. `input` is the carried tensor entry 0 stands for ("carried" entries).
 /// `checkpointed`: everything but the input dies with the list (torch.utils.checkpoint).
-ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, bool keep_input) {
+ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, bool keep_input,
+                  bool early_stop = false) {
   const OpList& l = *r.ops;
   ListState st;
   st.ids.assign(l.size(), -1);
   size_t next_death = 0;
-  for (size_t i = 0; i < l.size(); ++i) {
+  const size_t end = early_stop ? recompute_end(r) : l.size();
+  for (size_t i = 0; i < end; ++i) {
     st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i]);
     for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
       const size_t j = r.death_order[next_death];
@@ -140,11 +154,15 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   }
   st.out = st.ids.back();
   for (size_t j = 0; j + 1 < l.size(); ++j)
-    if (r.dies_at[j] != kKeep && r.dies_at[j] >= l.size() - 1 && st.ids[j] >= 0 && j != 0)
+    if (r.dies_at[j] != kKeep && (r.dies_at[j] >= l.size() - 1 || r.dies_at[j] >= end) && st.ids[j] >= 0 && j != 0)
       sink.free(st.ids[j]), st.ids[j] = -1;
   if (checkpointed) {
-    for (size_t j = 1; j + 1 < l.size(); ++j)
-      if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+    for (size_t j = 1; j + 1 < l.size(); ++j) {
+      if (st.ids[j] < 0) continue;
+      if (l[j].dies_after == "next_layer") st.returned = st.ids[j];  // the layer returns it
+      else sink.free(st.ids[j]);
+      st.ids[j] = -1;
+    }
   }
   st.ids.back() = -1;  // handed to the next list
   return st;
@@ -279,6 +297,9 @@ void run(Sink& sink, const StepSetup& s) {
   OpList first_l;
   if (first_differs) first_l = layer_l, s.lists->input_needs_no_grad(first_l);
   const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
+  const bool returns_tensor = s.checkpointing && std::any_of(layer_l.begin(), layer_l.end(), [](const TensorOp& t) {
+    return t.dies_after == "next_layer";
+  });
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
@@ -298,12 +319,24 @@ void run(Sink& sink, const StepSetup& s) {
         state0 = forward(sink, first, carried, false, false);
         carried = state0.out;
       }
-      sink.repeat(rest, [&](u64 k) {
+      // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
+      // lives until the next layer has returned, so the first layer differs from the others
+      int returned = -1;
+      auto layer_forward = [&](u64 k) {
         // checkpointing keeps the layer input (the checkpoint's only saved tensor)
         ListState st = forward(sink, layer, carried, s.checkpointing, s.checkpointing);
         carried = st.out;
+        if (returned >= 0) sink.free(returned);
+        returned = st.returned;
         states[sink.slot(k)] = std::move(st);
-      });
+      };
+      if (returns_tensor && rest > 0) {
+        layer_forward(0);
+        sink.repeat(rest - 1, [&](u64 k) { layer_forward(k + 1); });
+      } else {
+        sink.repeat(rest, layer_forward);
+      }
+      if (returned >= 0) sink.free(returned);
       // tensors the decoder stack shares (the eager causal mask) die when it returns
       for (size_t i = 0; i < emb_l.size(); ++i)
         if (emb_l[i].dies_after == "decoder_end") sink.free(e.ids[i]), e.ids[i] = -1;
@@ -314,7 +347,7 @@ void run(Sink& sink, const StepSetup& s) {
         ListState& st = states[sink.slot(rest - 1 - k)];
         if (s.checkpointing) {
           const int input = st.ids[0];
-          st = forward(sink, layer, input, false, true);  // recomputation; its output is not kept
+          st = forward(sink, layer, input, false, true, true);  // recomputation; its output is not kept
           sink.free(st.out);
           st.ids[0] = input;
         }
