@@ -117,6 +117,7 @@ struct LayerSetup {
   bool resid_dropout = false;  ///< dropout on the attention and MLP outputs (p > 0)
   bool embd_dropout = false;   ///< dropout on the embeddings (p > 0)
   bool cuda = false;           ///< the CUDA kernels (else the CPU ones: SDPA layouts differ)
+  bool head_bias = false;      ///< the LM head has a bias (Phi)
 };
 
 /// The lists of one family, and the edit of its first layer when its input needs no gradient.

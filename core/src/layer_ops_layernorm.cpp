@@ -9,6 +9,8 @@
 //      .contiguous(), a copy when the kernel's output is [b, heads, s, d]-contiguous (q built by cat)
 //  [F] transformers models/falcon/modeling_falcon.py (FalconDecoderLayer, FalconAttention,
 //      _split_heads for new_decoder_architecture)
+//  [H] transformers models/phi/modeling_phi.py (PhiDecoderLayer, PhiAttention, PhiMLP)
+//  [A] transformers activations.py (NewGELUActivation)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
 //  [M] the measured CPU allocation traces, data/measurements/cpu-traces.jsonl (order and sizes of
@@ -115,7 +117,70 @@ void plain_mlp(OpList& l, const LayerSetup& s, std::string_view last_local, bool
   l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local, bias));
 }
 
+/// Dropout with p > 0 on CPU (ATen _dropout_impl): a bernoulli noise tensor in the input's dtype,
+/// scaled in place, and input * noise; mul saves the noise (the input needs the gradient) [D].
+void dropout(OpList& l, std::string_view noise, std::string_view out, std::string_view out_dies_after) {
+  l.push_back({noise, "bernoulli_", TH, Dt::Model, true, {}, kNone});
+  l.push_back({out, "mul", TH, Dt::Model, false, out_dies_after, TH});
+}
+
+/// NewGELUActivation (gelu_new) [A]: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), one
+/// op at a time: pow saves x (fc1's output), tanh its result, the last mul both operands [D].
+void gelu_expression(OpList& l) {
+  find_mut(l, "fc1.out")->saved = true;
+  l.push_back({"act.half_x", "mul", TI, Dt::Model, true, {}, TI});
+  l.push_back({"act.cube", "pow", TI, Dt::Model, false, {}, TI});
+  l.push_back({"act.cube_scaled", "mul", TI, Dt::Model, false, {}, kNone});
+  l.push_back({"act.inner", "add", TI, Dt::Model, false, {}, kNone});
+  l.push_back({"act.inner_scaled", "mul", TI, Dt::Model, false, {}, kNone});
+  l.push_back({"act.tanh", "tanh", TI, Dt::Model, true, {}, TI});
+  l.push_back({"act.one_plus", "add", TI, Dt::Model, true, {}, kNone});
+  l.push_back({"mlp.act", "mul", TI, Dt::Model, true, {}, TI});
+}
+
+/// The MLP with gelu_new written as an expression (Phi, GPT-2, ...).
+void expression_mlp(OpList& l, std::string_view last_local) {
+  l.push_back(linear("fc1.out", TI, TH, Sym::H, Sym::I, true, {}));
+  gelu_expression(l);
+  l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local));
+}
+
 }  // namespace
+
+/// PhiDecoderLayer [H]: one input_layernorm read by attention and MLP; out = resid_dropout(attn) +
+/// resid_dropout(mlp) + x. The attention keeps q_proj / k_proj outputs and the rotated parts as
+/// locals until it returns; the dropped attention output is a local until the layer returns [M].
+OpList phi_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("q_proj.out", TQ, TH, Sym::H, Sym::Q, false, "dense.out"));
+  l.push_back(linear("k_proj.out", TKV, TH, Sym::H, Sym::KV, false, "dense.out"));
+  l.push_back(linear("v_proj.out", TKV, TH, Sym::H, Sym::KV, true, {}));  // the v view SDPA keeps
+  partial_rotary(l, false);
+  partial_rotary(l, true);
+  find_mut(l, "q.rot")->dies_after = "dense.out";
+  find_mut(l, "k.rot")->dies_after = "dense.out";
+  l.push_back({"q.embed", "cat", TQ, Dt::Model, true, {}, TQ});
+  l.push_back({"k.embed", "cat", TKV, Dt::Model, true, {}, TKV});
+  sdpa_with_copy(l);
+  l.push_back(linear("dense.out", TH, TQ, Sym::Q, Sym::H, false, s.resid_dropout ? "" : "layer.out"));
+  std::string_view attn_end = "dense.out";
+  if (s.resid_dropout) dropout(l, "attn.noise", "attn.dropped", "layer.out"), attn_end = "attn.dropped";
+  // the MLP branch runs first in backward; the attention branch then reads the layer's gradient
+  find_mut(l, attn_end)->branch_of = "block.sum";
+  find_mut(l, attn_end)->residual_of = "ln1.out";
+  if (s.act == Activation::GeluExpr) expression_mlp(l, s.resid_dropout ? "" : "layer.out");
+  else plain_mlp(l, s, s.resid_dropout ? "" : "layer.out");
+  if (s.resid_dropout) dropout(l, "mlp.noise", "mlp.dropped", "layer.out");
+  l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
+  if (s.eager) eager_attention(l, "v_proj.out", "dense.out");
+  if (s.half && find_op(l, "attn.softmax"))
+    l.insert(position(l, "attn.softmax") + 1, {"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
 
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
@@ -185,6 +250,7 @@ OpList layernorm_head(const LayerSetup& s) {
     for (TensorOp& t : l) t.weight = kNone, t.bias = kNone;
   l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
+  if (s.full && s.head_bias) find_mut(l, "logits")->bias = shape(Sym::V);
   if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, {}, shape(Sym::T, Sym::V)});
   l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
   l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
@@ -261,6 +327,19 @@ void falcon_eager_attention(OpList& l) {
 
 const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm_head,
                                 &edit_layernorm_input_needs_no_grad};
+/// PhiModel [H]: embed_tokens, embed_dropout (p > 0: noise and output), rotary cos / sin over the
+/// rotary dims.
+OpList phi_embedding(const LayerSetup& s) {
+  OpList l = gpt_neox_embedding(s);
+  if (s.embd_dropout) {
+    l.back().dies_after = "embed.dropped";
+    l.push_back({"embed.noise", "bernoulli_", TH, Dt::Model, true, {}, kNone});
+    l.push_back({"embed.dropped", "mul", TH, Dt::Model, false, "layer_out", TH});
+  }
+  return l;
+}
+
+const FamilyLists kPhiLists{&phi_layer, &phi_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kFalconLists{&falcon_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 
 namespace {
@@ -395,6 +474,7 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
   s.layer.resid_dropout = m.hidden_dropout > 0;
   s.layer.embd_dropout = m.embedding_dropout > 0;
   s.layer.cuda = r.device == Device::Cuda;
+  s.layer.head_bias = !m.tied_embeddings && m.lm_head.bias;
   // the layer's norms (weight and bias of width h), then each Linear's weight and bias; LoRA's A
   // [r, in] and B [out, r] for every Linear, in the adapter dtype (PEFT)
   std::vector<ParamTensor>& lw = s.layer_weights;

@@ -14,6 +14,9 @@ extern const FamilyLists kGptNeoxLists;
 /// Falcon (modeling_falcon.py), new_decoder_architecture: fused query_key_value with GQA
 /// broadcast to every head, full rotary, two norms in parallel, no biases.
 extern const FamilyLists kFalconLists;
+/// Phi (modeling_phi.py): separate q/k/v with biases, partial rotary, one norm read by the
+/// parallel attention and MLP, gelu_new, residual dropout.
+extern const FamilyLists kPhiLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary

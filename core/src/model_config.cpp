@@ -261,6 +261,8 @@ void build_llama_like(Builder& b) {
     extra_per_layer = add(mul(m.heads, hd), mul(m.kv_heads, hd));  // q_norm/k_norm over all heads
   } else if (t == "stablelm") {
     norm = NormKind::LayerNorm;
+    // StableLmAttention: rotary_ndims = int(head_dim * partial_rotary_factor) (default 0.25)
+    m.rotary_dim = static_cast<u64>(static_cast<double>(hd) * r.real_or({"partial_rotary_factor"}, 0.25));
     qkv_bias = r.flag_or({"use_qkv_bias"}, false);
     o_bias = false;
     if (r.flag_or({"use_parallel_residual"}, false)) layer_norms = 1;
@@ -706,6 +708,8 @@ void build_phi(Builder& b) {
   m.mlp = MlpKind::Plain;
   m.activation = r.text_or({"hidden_act", "activation_function"}, "gelu_new");
   m.parallel_block = true;
+  // PhiAttention: rotary_ndims = int(head_dim * partial_rotary_factor) (PhiConfig default 0.5)
+  m.rotary_dim = static_cast<u64>(static_cast<double>(m.head_dim) * r.real_or({"partial_rotary_factor"}, 0.5));
   m.attention_dropout = r.real_or({"attention_dropout", "attn_pdrop"}, 0.0);
   m.hidden_dropout = r.real_or({"resid_pdrop"}, 0.0);
   m.embedding_dropout = r.real_or({"embd_pdrop"}, 0.0);

@@ -406,6 +406,7 @@ struct FamilyRow {
   const FamilyLists* lists;
   void (*complete)(const Request&, StepSetup&);
   bool all_linear_lora_only;  ///< LoRA only on every Linear (the lists name no q/v-only variant)
+  bool hidden_dropout = false;  ///< the lists model residual and embedding dropout (p > 0)
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -414,6 +415,7 @@ constexpr FamilyRow kFamilies[] = {
     {"qwen2", &kLlamaLists, nullptr, false},
     {"gpt_neox", &kGptNeoxLists, &complete_layernorm_setup, true},
     {"falcon", &kFalconLists, &complete_falcon_setup, true},
+    {"phi", &kPhiLists, &complete_layernorm_setup, true, true},
 };
 
 const FamilyRow* family_row(const std::string& family) {
@@ -435,7 +437,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.size() != 1 ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || r.runtime.compile ||
-      m.attention_dropout > 0 || m.hidden_dropout > 0)
+      m.attention_dropout > 0 || ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
     return std::nullopt;
   const bool qv = !r.lora.all_linear && r.lora.targets.size() == 2 &&
                   std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(),
