@@ -11,6 +11,8 @@
 //      _split_heads for new_decoder_architecture)
 //  [H] transformers models/phi/modeling_phi.py (PhiDecoderLayer, PhiAttention, PhiMLP)
 //  [A] transformers activations.py (NewGELUActivation)
+//  [C] transformers models/starcoder2/modeling_starcoder2.py (Starcoder2DecoderLayer, Starcoder2MLP)
+//  [L] transformers models/llama/modeling_llama.py, the base of the Llama-like layers (layer_ops.cpp)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
 //  [M] the measured CPU allocation traces, data/measurements/cpu-traces.jsonl (order and sizes of
@@ -182,6 +184,56 @@ OpList phi_layer(const LayerSetup& s) {
   return l;
 }
 
+namespace {
+
+/// A Llama layer's RMSNorm entries replaced by a LayerNorm's (its output keeps the consumers).
+void replace_norm(OpList& l, std::string_view rms, const NormNames& ln) {
+  const std::string_view first = rms == "norm1" ? "norm1.pow" : "norm2.pow";
+  const std::string_view last = rms == "norm1" ? "norm1.out" : "norm2.out";
+  auto at = l.erase(position(l, first), position(l, last) + 1);
+  OpList n;
+  layer_norm(n, ln);
+  l.insert(at, n.begin(), n.end());
+}
+
+/// A Llama layer's gated MLP replaced by fc1 -> activation -> fc2 (biases as the family has them).
+void replace_gated_mlp(OpList& l, const LayerSetup& s, bool bias) {
+  auto at = l.erase(position(l, "gate_proj.out"), position(l, "down_proj.out") + 1);
+  OpList m;
+  plain_mlp(m, s, "mlp.residual", bias);
+  l.insert(at, m.begin(), m.end());
+}
+
+/// Llama's eager softmax runs in fp32; its half copy is what the PV matmul keeps [L].
+void eager_probs_half(OpList& l) {
+  if (find_op(l, "attn.softmax"))
+    l.insert(position(l, "attn.softmax") + 1, {"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+}
+
+/// The Llama layer (layer_ops.cpp) in fp32 with trained weights, its attention as the setup asks.
+OpList llama_base(const LayerSetup& s) {
+  LayerSetup base = s;
+  base.half = false;
+  base.full = true;
+  return decoder_layer(base);
+}
+
+}  // namespace
+
+/// Starcoder2DecoderLayer [C]: the Llama layer (rotary over every head, GQA, sliding-window mask)
+/// with LayerNorms, biases on q/k/v/o and an ungated MLP (c_fc -> gelu -> c_proj).
+OpList starcoder2_layer(const LayerSetup& s) {
+  OpList l = llama_base(s);
+  replace_norm(l, "norm1", kLn1);
+  replace_norm(l, "norm2", kLn2);
+  replace_gated_mlp(l, s, true);
+  for (std::string_view n : {"q_proj.out", "k_proj.out", "v_proj.out", "o_proj.out"})
+    find_mut(l, n)->bias = shape(find_op(l, n)->shape.f[1]);
+  if (s.half) eager_probs_half(l);
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -339,6 +391,8 @@ OpList phi_embedding(const LayerSetup& s) {
   return l;
 }
 
+const FamilyLists kStarcoder2Lists{&starcoder2_layer, &embedding, &layernorm_head,
+                                  &edit_layernorm_input_needs_no_grad};
 const FamilyLists kPhiLists{&phi_layer, &phi_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kFalconLists{&falcon_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 
@@ -353,6 +407,7 @@ constexpr LoraNames kLoraNames[] = {
     {"q_proj.out", "q_proj.base", "q.lora_in", "q.lora_A", "q.lora_B", "q.lora_scaled", "q.lora_sum"},
     {"k_proj.out", "k_proj.base", "k.lora_in", "k.lora_A", "k.lora_B", "k.lora_scaled", "k.lora_sum"},
     {"v_proj.out", "v_proj.base", "v.lora_in", "v.lora_A", "v.lora_B", "v.lora_scaled", "v.lora_sum"},
+    {"o_proj.out", "o_proj.base", "o.lora_in", "o.lora_A", "o.lora_B", "o.lora_scaled", "o.lora_sum"},
     {"dense.out", "dense.base", "dense.lora_in", "dense.lora_A", "dense.lora_B", "dense.lora_scaled", "dense.lora_sum"},
     {"fc1.out", "fc1.base", "fc1.lora_in", "fc1.lora_A", "fc1.lora_B", "fc1.lora_scaled", "fc1.lora_sum"},
     {"fc2.out", "fc2.base", "fc2.lora_in", "fc2.lora_A", "fc2.lora_B", "fc2.lora_scaled", "fc2.lora_sum"},
@@ -361,7 +416,7 @@ constexpr LoraNames kLoraNames[] = {
 /// The entry whose tensor a Linear reads.
 std::string_view linear_input(const OpList& l, std::string_view out) {
   if (out == "qkv.out" || out == "q_proj.out" || out == "k_proj.out" || out == "v_proj.out") return "ln1.out";
-  if (out == "dense.out") return find_op(l, "attn.copy") ? "attn.copy" : "attn.out";
+  if (out == "dense.out" || out == "o_proj.out") return find_op(l, "attn.copy") ? "attn.copy" : "attn.out";
   if (out == "fc1.out") return find_op(l, "ln2.out") ? "ln2.out" : "ln1.out";
   return "mlp.act";
 }
@@ -436,7 +491,7 @@ void edit_layernorm_input_needs_no_grad(OpList& l) {
   }
   TensorOp* in = find_mut(l, "input");
   in->saved = false;
-  in->dies_after = "layer.out";
+  in->dies_after = find_op(l, "attn.residual") ? "attn.residual" : "layer.out";
   for (TensorOp& t : l)
     if (t.residual_of == "input" && t.branch_of.empty()) t.residual_of = {};
 }

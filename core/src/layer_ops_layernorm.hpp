@@ -17,6 +17,8 @@ extern const FamilyLists kFalconLists;
 /// Phi (modeling_phi.py): separate q/k/v with biases, partial rotary, one norm read by the
 /// parallel attention and MLP, gelu_new, residual dropout.
 extern const FamilyLists kPhiLists;
+/// Starcoder2 (modeling_starcoder2.py): the Llama layer with LayerNorms, biases, gelu MLP.
+extern const FamilyLists kStarcoder2Lists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary
