@@ -13,6 +13,7 @@
 //  [A] transformers activations.py (NewGELUActivation)
 //  [C] transformers models/starcoder2/modeling_starcoder2.py (Starcoder2DecoderLayer, Starcoder2MLP)
 //  [L] transformers models/llama/modeling_llama.py, the base of the Llama-like layers (layer_ops.cpp)
+//  [T] transformers models/stablelm/modeling_stablelm.py (StableLmAttention, StableLmDecoderLayer)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
 //  [M] the measured CPU allocation traces, data/measurements/cpu-traces.jsonl (order and sizes of
@@ -234,6 +235,32 @@ OpList starcoder2_layer(const LayerSetup& s) {
   return l;
 }
 
+/// StableLmDecoderLayer [T] (use_parallel_residual false): the Llama layer with LayerNorms and
+/// partial rotary: the rotated parts are concatenated back (cat, kept by the attention), the
+/// projections and rotated parts stay alive as the attention's locals until it returns [M], and the
+/// output of SDPA is [b, heads, s, d]-contiguous, so the transpose back is a copy [S].
+OpList stablelm_layer(const LayerSetup& s) {
+  OpList l = llama_base(s);
+  replace_norm(l, "norm1", kLn1);
+  replace_norm(l, "norm2", kLn2);
+  auto at = l.erase(position(l, "q.mul_cos"), position(l, "k.rot") + 1);
+  OpList r;
+  partial_rotary(r, false);
+  partial_rotary(r, true);
+  r.push_back({"q.embed", "cat", TQ, Dt::Model, true, {}, TQ});
+  r.push_back({"k.embed", "cat", TKV, Dt::Model, true, {}, TKV});
+  l.insert(at, r.begin(), r.end());
+  for (std::string_view n : {"q_proj.out", "k_proj.out", "q.rot", "k.rot"}) {
+    TensorOp* t = find_mut(l, n);
+    t->saved = false;
+    t->dies_after = "o_proj.out";
+  }
+  if (!s.eager) l.insert(position(l, "attn.lse") + 1, {"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
+  if (s.half) eager_probs_half(l);
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -393,6 +420,8 @@ OpList phi_embedding(const LayerSetup& s) {
 
 const FamilyLists kStarcoder2Lists{&starcoder2_layer, &embedding, &layernorm_head,
                                   &edit_layernorm_input_needs_no_grad};
+const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernorm_head,
+                                &edit_layernorm_input_needs_no_grad};
 const FamilyLists kPhiLists{&phi_layer, &phi_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kFalconLists{&falcon_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 
@@ -409,6 +438,9 @@ constexpr LoraNames kLoraNames[] = {
     {"v_proj.out", "v_proj.base", "v.lora_in", "v.lora_A", "v.lora_B", "v.lora_scaled", "v.lora_sum"},
     {"o_proj.out", "o_proj.base", "o.lora_in", "o.lora_A", "o.lora_B", "o.lora_scaled", "o.lora_sum"},
     {"dense.out", "dense.base", "dense.lora_in", "dense.lora_A", "dense.lora_B", "dense.lora_scaled", "dense.lora_sum"},
+    {"gate_proj.out", "gate_proj.base", "gate.lora_in", "gate.lora_A", "gate.lora_B", "gate.lora_scaled", "gate.lora_sum"},
+    {"up_proj.out", "up_proj.base", "up.lora_in", "up.lora_A", "up.lora_B", "up.lora_scaled", "up.lora_sum"},
+    {"down_proj.out", "down_proj.base", "down.lora_in", "down.lora_A", "down.lora_B", "down.lora_scaled", "down.lora_sum"},
     {"fc1.out", "fc1.base", "fc1.lora_in", "fc1.lora_A", "fc1.lora_B", "fc1.lora_scaled", "fc1.lora_sum"},
     {"fc2.out", "fc2.base", "fc2.lora_in", "fc2.lora_A", "fc2.lora_B", "fc2.lora_scaled", "fc2.lora_sum"},
 };
@@ -417,7 +449,8 @@ constexpr LoraNames kLoraNames[] = {
 std::string_view linear_input(const OpList& l, std::string_view out) {
   if (out == "qkv.out" || out == "q_proj.out" || out == "k_proj.out" || out == "v_proj.out") return "ln1.out";
   if (out == "dense.out" || out == "o_proj.out") return find_op(l, "attn.copy") ? "attn.copy" : "attn.out";
-  if (out == "fc1.out") return find_op(l, "ln2.out") ? "ln2.out" : "ln1.out";
+  if (out == "fc1.out" || out == "gate_proj.out" || out == "up_proj.out") return find_op(l, "ln2.out") ? "ln2.out" : "ln1.out";
+  if (out == "down_proj.out") return "mlp.mul";
   return "mlp.act";
 }
 

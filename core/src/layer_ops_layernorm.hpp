@@ -19,6 +19,8 @@ extern const FamilyLists kFalconLists;
 extern const FamilyLists kPhiLists;
 /// Starcoder2 (modeling_starcoder2.py): the Llama layer with LayerNorms, biases, gelu MLP.
 extern const FamilyLists kStarcoder2Lists;
+/// StableLM (modeling_stablelm.py): the Llama layer with LayerNorms and partial rotary.
+extern const FamilyLists kStableLmLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary

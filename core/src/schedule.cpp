@@ -417,6 +417,7 @@ constexpr FamilyRow kFamilies[] = {
     {"falcon", &kFalconLists, &complete_falcon_setup, true},
     {"phi", &kPhiLists, &complete_layernorm_setup, true, true},
     {"starcoder2", &kStarcoder2Lists, &complete_layernorm_setup, true, true},
+    {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
 };
 
 const FamilyRow* family_row(const std::string& family) {
