@@ -33,6 +33,7 @@ u64 Dims::of(Sym x) const {
     case Sym::KR: return kr ? kr : kv;
     case Sym::QRHalf: return (qr ? qr : q) / 2;
     case Sym::KRHalf: return (kr ? kr : kv) / 2;
+    case Sym::Pos: return pos;
   }
   return 1;
 }

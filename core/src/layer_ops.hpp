@@ -27,13 +27,15 @@ enum class Sym : std::uint8_t {
   One, T, B, S, H, Q, KV, I, A, V, R, HeadDim,
   QKV,            ///< a fused q/k/v projection's width (q + 2 kv)
   QR, KR,         ///< the rotated part of q / k (partial rotary: heads x rotary dims)
-  QRHalf, KRHalf  ///< half of it (rotate_half's negated slice)
+  QRHalf, KRHalf, ///< half of it (rotate_half's negated slice)
+  Pos             ///< rows of a learned position table
 };
 
 /// The sizes the symbols take for one request (per rank).
 struct Dims {
   u64 b = 0, s = 0, h = 0, q = 0, kv = 0, i = 0, a = 0, v = 0, r = 0, head_dim = 0;
   u64 qkv = 0, qr = 0, kr = 0;  ///< fused q/k/v width; rotated widths of q and k (0: = q, kv)
+  u64 pos = 0;                  ///< rows of the learned position table
   [[nodiscard]] u64 of(Sym x) const;
 };
 

@@ -14,6 +14,7 @@
 //  [C] transformers models/starcoder2/modeling_starcoder2.py (Starcoder2DecoderLayer, Starcoder2MLP)
 //  [L] transformers models/llama/modeling_llama.py, the base of the Llama-like layers (layer_ops.cpp)
 //  [T] transformers models/stablelm/modeling_stablelm.py (StableLmAttention, StableLmDecoderLayer)
+//  [O] transformers models/opt/modeling_opt.py (OPTDecoderLayer, OPTAttention, OPTDecoder)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
 //  [M] the measured CPU allocation traces, data/measurements/cpu-traces.jsonl (order and sizes of
@@ -97,7 +98,8 @@ void sdpa_with_copy(OpList& l) {
 /// back (a copy, kept by the output projection). The fused projection output is then no longer
 /// kept by anything: it dies with the attention module's locals [M].
 void eager_attention(OpList& l, std::string_view fused_out, std::string_view last_local) {
-  auto at = l.erase(position(l, "attn.out"), position(l, "attn.copy") + 1);
+  if (find_op(l, "attn.copy")) l.erase(position(l, "attn.copy"));
+  auto at = l.erase(position(l, "attn.out"), position(l, "attn.lse") + 1);
   OpList e;
   e.push_back({"attn.scores", "matmul", SS, Dt::Model, false, {}, TQ});
   e.push_back({"attn.scaled", "mul", SS, Dt::Model, false, {}, kNone});
@@ -256,6 +258,48 @@ OpList stablelm_layer(const LayerSetup& s) {
     t->dies_after = "o_proj.out";
   }
   if (!s.eager) l.insert(position(l, "attn.lse") + 1, {"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
+  if (s.half) eager_probs_half(l);
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
+/// OPTDecoderLayer with do_layer_norm_before [O]: q_proj(x) * scaling, SDPA on the q / k / v
+/// views (the output's transpose back is a view), out_proj, dropout, + residual; final_layer_norm,
+/// fc1 -> relu -> fc2, dropout, + residual. Every Linear has a bias.
+OpList opt_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("q_proj.out", TQ, TH, Sym::H, Sym::Q, false, {}));
+  l.push_back({"q.scaled", "mul", TQ, Dt::Model, true, {}, TQ});  // mul by a number saves nothing [D]
+  l.push_back(linear("k_proj.out", TKV, TH, Sym::H, Sym::KV, true, {}));
+  l.push_back(linear("v_proj.out", TKV, TH, Sym::H, Sym::KV, true, {}));
+  l.push_back({"attn.out", "_scaled_dot_product_flash_attention", TQ, Dt::Model, true, {}, shape(Sym::T, Sym::QKV)});
+  l.push_back({"attn.lse", "_scaled_dot_product_flash_attention", shape(Sym::B, Sym::A, Sym::S), Dt::F32, true, {},
+               kNone});
+  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, s.resid_dropout ? "" : "attn.residual"));
+  if (s.resid_dropout) dropout(l, "attn.noise", "attn.dropped", "attn.residual");
+  // the residual sum is kept by final_layer_norm (it saves its input) [D]
+  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
+  layer_norm(l, kLn2);
+  plain_mlp(l, s, s.resid_dropout ? "" : "layer.out");
+  if (s.resid_dropout) dropout(l, "mlp.noise", "mlp.dropped", "layer.out");
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
+               "attn.residual"});
+  if (s.eager) {
+    // eager_attention_forward: q and k are strided views, so the first matmul keeps contiguous
+    // copies of both; the projections then die with the attention's locals [O][M]
+    eager_attention(l, "v_proj.out", "out_proj.out");
+    OpList c;
+    c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+    c.push_back({"attn.k_copy", "contiguous", TKV, Dt::Model, true, {}, TKV});
+    l.insert(position(l, "attn.scores"), c.begin(), c.end());
+    for (std::string_view n : {"q.scaled", "k_proj.out"}) {
+      TensorOp* t = find_mut(l, n);
+      t->saved = false;
+      t->dies_after = "out_proj.out";
+    }
+  }
   if (s.half) eager_probs_half(l);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
@@ -422,6 +466,20 @@ const FamilyLists kStarcoder2Lists{&starcoder2_layer, &embedding, &layernorm_hea
                                   &edit_layernorm_input_needs_no_grad};
 const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernorm_head,
                                 &edit_layernorm_input_needs_no_grad};
+/// OPTDecoder [O]: embed_tokens and the learned positions (OPTLearnedPositionalEmbedding) stay
+/// alive as the decoder's locals until it returns; their sum is the first layer's input; eager
+/// attention reads one [b, 1, s, s] mask built for all layers.
+OpList opt_embedding(const LayerSetup& s) {
+  OpList l;
+  if (s.eager)
+    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
+  l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
+  l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
+  return l;
+}
+
+const FamilyLists kOptLists{&opt_layer, &opt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kPhiLists{&phi_layer, &phi_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kFalconLists{&falcon_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 
@@ -437,6 +495,7 @@ constexpr LoraNames kLoraNames[] = {
     {"k_proj.out", "k_proj.base", "k.lora_in", "k.lora_A", "k.lora_B", "k.lora_scaled", "k.lora_sum"},
     {"v_proj.out", "v_proj.base", "v.lora_in", "v.lora_A", "v.lora_B", "v.lora_scaled", "v.lora_sum"},
     {"o_proj.out", "o_proj.base", "o.lora_in", "o.lora_A", "o.lora_B", "o.lora_scaled", "o.lora_sum"},
+    {"out_proj.out", "out_proj.base", "out.lora_in", "out.lora_A", "out.lora_B", "out.lora_scaled", "out.lora_sum"},
     {"dense.out", "dense.base", "dense.lora_in", "dense.lora_A", "dense.lora_B", "dense.lora_scaled", "dense.lora_sum"},
     {"gate_proj.out", "gate_proj.base", "gate.lora_in", "gate.lora_A", "gate.lora_B", "gate.lora_scaled", "gate.lora_sum"},
     {"up_proj.out", "up_proj.base", "up.lora_in", "up.lora_A", "up.lora_B", "up.lora_scaled", "up.lora_sum"},
@@ -448,7 +507,7 @@ constexpr LoraNames kLoraNames[] = {
 /// The entry whose tensor a Linear reads.
 std::string_view linear_input(const OpList& l, std::string_view out) {
   if (out == "qkv.out" || out == "q_proj.out" || out == "k_proj.out" || out == "v_proj.out") return "ln1.out";
-  if (out == "dense.out" || out == "o_proj.out") return find_op(l, "attn.copy") ? "attn.copy" : "attn.out";
+  if (out == "dense.out" || out == "o_proj.out" || out == "out_proj.out") return find_op(l, "attn.copy") ? "attn.copy" : "attn.out";
   if (out == "fc1.out" || out == "gate_proj.out" || out == "up_proj.out") return find_op(l, "ln2.out") ? "ln2.out" : "ln1.out";
   if (out == "down_proj.out") return "mlp.mul";
   return "mlp.act";
@@ -551,6 +610,7 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
   const u64 bytes = s.dtypes.model, ad = s.dtypes.adapter;
   const bool full = s.layer.full;
   s.dims.qkv = add(s.dims.q, mul(2, s.dims.kv));
+  if (m.hidden > 0) s.dims.pos = m.position_params / m.hidden;
   if (m.rotary_dim > 0) {
     s.dims.qr = mul(m.heads, m.rotary_dim);
     s.dims.kr = mul(m.kv_heads, m.rotary_dim);

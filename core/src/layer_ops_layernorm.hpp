@@ -21,6 +21,8 @@ extern const FamilyLists kPhiLists;
 extern const FamilyLists kStarcoder2Lists;
 /// StableLM (modeling_stablelm.py): the Llama layer with LayerNorms and partial rotary.
 extern const FamilyLists kStableLmLists;
+/// OPT (modeling_opt.py): pre-norm, q scaled, learned positions, relu MLP, dropout.
+extern const FamilyLists kOptLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary

@@ -418,6 +418,7 @@ constexpr FamilyRow kFamilies[] = {
     {"phi", &kPhiLists, &complete_layernorm_setup, true, true},
     {"starcoder2", &kStarcoder2Lists, &complete_layernorm_setup, true, true},
     {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
+    {"opt", &kOptLists, &complete_layernorm_setup, true, true},
 };
 
 const FamilyRow* family_row(const std::string& family) {
