@@ -516,7 +516,7 @@ std::string_view linear_input(const OpList& l, std::string_view out) {
 /// One adapted Linear: the frozen base product, lora_A (saves its input, in the adapter dtype),
 /// lora_B, the scaled adapter output, the sum (fp32 by type promotion in half precision, then cast
 /// back) [P]. The sum keeps the base output's name, lifetime and consumers.
-void adapt_linear(OpList& l, const LoraNames& n, bool half) {
+void adapt_linear(OpList& l, const LoraNames& n, bool half, std::string_view input) {
   auto it = position(l, n.out);
   TensorOp result = *it;
   const Shape out = it->shape, in = it->grad_input;
@@ -526,8 +526,11 @@ void adapt_linear(OpList& l, const LoraNames& n, bool half) {
   it->dies_after = half ? n.sum : n.out;
   it->weight = kNone;
   it->bias = kNone;
+  // (the adapter and the frozen base both read the sum's gradient; the chain runs them one after
+  // the other, as the Llama lists do)
   it->branch_of = {};
   it->residual_of = {};
+  (void)input;
   OpList e;
   if (half) e.push_back({n.in, "_to_copy", in, Dt::F32, true, {}, in});
   e.push_back({n.a, "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in, shape(in_w, Sym::R), Dt::Adapter,
@@ -552,7 +555,7 @@ void edit_layernorm_lora(OpList& l, bool half) {
   for (const LoraNames& n : kLoraNames) {
     if (!find_op(l, n.out)) continue;
     const std::string_view input = linear_input(l, n.out);
-    adapt_linear(l, n, half);
+    adapt_linear(l, n, half, input);
     // in half precision lora_A keeps its own fp32 cast: a Linear's half input stays only if its
     // own op saves it (relu its output) [P][D]
     TensorOp* in = find_mut(l, input);

@@ -172,21 +172,37 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
 struct Pending {
   size_t target;
   int id;
+  /// a parked branch gradient nothing else reads: autograd adds the other one into it in place
+  /// (InputBuffer::accumulate steals a buffer it holds alone); a residual's skip gradient is still
+  /// read by its branch, so that sum is a new tensor
+  bool in_place = false;
+  /// held for the branch entry `target`, which reads it (not summed there)
+  bool read = false;
 };
 
 /// Entry i ends the branch autograd runs second (attention beside an MLP): the gradient the
 /// first branch produced goes to the branches' common input, and entry i reads the gradient
-/// that reached `source` (the branches' sum). If a skip gradient already waits at that input,
-/// autograd sums the two there now, out of place (the skip gradient is still read by entry i).
-void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>& pending, int& grad, int source) {
+/// that reached `source` (the branches' sum). If a gradient already waits at that input, autograd
+/// adds the new one to it: in place into a parked gradient, out of place into a residual's skip
+/// gradient (still read by entry i).
+void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>& pending, int& grad) {
+  auto read = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return p.read && p.target == i; });
+  const int source = read == pending.end() ? -1 : read->id;
+  if (read != pending.end()) pending.erase(read);
   const size_t join = r.skip_to[i];
-  auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return p.target == join; });
-  if (waiting != pending.end() && grad >= 0) {
+  auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return !p.read && p.target == join; });
+  if (waiting != pending.end() && grad >= 0 && waiting->in_place) {
+    sink.free(grad);  // added into the parked gradient
+  } else if (waiting != pending.end() && grad >= 0) {
     const int sum = sink.alloc(r.sum_bytes[join]);
     sink.free(grad);
+    const int old = waiting->id;
     waiting->id = sum;
+    waiting->in_place = true;  // nothing else reads the sum
+    if (old != source && std::none_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == old; }))
+      sink.free(old);
   } else if (grad >= 0) {
-    pending.push_back({join, grad});
+    pending.push_back({join, grad, true});
   }
   grad = source;
 }
@@ -197,19 +213,22 @@ void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>
 int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads) {
   const OpList& l = *r.ops;
   std::vector<Pending> pending;  // skip gradients of residual adds, waiting for their branch
-  std::vector<int> arrived(l.size(), -1);  // the gradient that reached each entry
   auto held = [&](int id) {
     return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
   };
   for (size_t i = l.size(); i-- > 0;) {
     for (size_t p = 0; p < pending.size();) {
-      if (pending[p].target != i) {
+      if (pending[p].target != i || pending[p].read) {
         ++p;
         continue;
       }
       const int skip = pending[p].id;
+      const bool in_place = pending[p].in_place;
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-      if (grad != skip && grad >= 0) {
+      if (in_place && grad != skip && grad >= 0) {
+        if (!held(grad)) sink.free(grad);
+        grad = skip;
+      } else if (grad != skip && grad >= 0) {
         const int sum = sink.alloc(r.sum_bytes[i]);  // branch + skip, summed by autograd
         sink.free(skip);
         if (!held(grad)) sink.free(grad);
@@ -218,8 +237,10 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
         grad = skip;
       }
     }
-    arrived[i] = grad;
-    if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad, arrived[r.branch_from[i]]);
+    // a branch entry further down reads the gradient arriving here: hold it until then
+    for (size_t b = 0; b < i; ++b)
+      if (r.branch_from[b] == i && grad >= 0) pending.push_back({b, grad, false, true});
+    if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
     if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i]));
     if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i]));
     if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
