@@ -15,6 +15,8 @@
 //  [L] transformers models/llama/modeling_llama.py, the base of the Llama-like layers (layer_ops.cpp)
 //  [T] transformers models/stablelm/modeling_stablelm.py (StableLmAttention, StableLmDecoderLayer)
 //  [O] transformers models/opt/modeling_opt.py (OPTDecoderLayer, OPTAttention, OPTDecoder)
+//  [G] transformers models/gpt2/modeling_gpt2.py (GPT2Block, GPT2Attention, eager_attention_forward)
+//  [K] PyTorch aten/src/ATen/native/transformers/attention.cpp (_scaled_dot_product_attention_math)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
 //  [M] the measured CPU allocation traces, data/measurements/cpu-traces.jsonl (order and sizes of
@@ -305,6 +307,90 @@ OpList opt_layer(const LayerSetup& s) {
   return l;
 }
 
+namespace {
+
+/// CPU SDPA with dropout_p > 0: the flash kernel refuses dropout, so _scaled_dot_product_attention_math
+/// runs [K]: half inputs upcast to fp32 copies, q * sqrt(scale) and k^T * sqrt(scale) (locals), the
+/// causal mask as an fp32 [s, s] (a local), contiguous copies of both for the first matmul (kept),
+/// scores, + mask, softmax (kept), dropout (noise and output kept), a contiguous copy of v (kept),
+/// the output (cast back in half precision), all in fp32 [M].
+void sdpa_math_with_dropout(OpList& l, bool half) {
+  const Shape tq = TQ;
+  const std::string_view end = half ? "attn.out_half" : "attn.pv";  // the math function returns
+  auto at = l.erase(position(l, "attn.out"), position(l, "attn.lse") + 1);
+  OpList e;
+  if (half)
+    for (std::string_view n : {"attn.q_f32", "attn.k_f32", "attn.v_f32"})
+      e.push_back({n, "_to_copy", tq, Dt::F32, false, end, tq});
+  e.push_back({"attn.q_scaled", "mul", tq, Dt::F32, false, end, kNone});
+  e.push_back({"attn.mask", "where", shape(Sym::S, Sym::S), Dt::F32, false, end, kNone});
+  e.push_back({"attn.k_scaled", "mul", tq, Dt::F32, false, "attn.scores", kNone});
+  e.push_back({"attn.q_copy", "contiguous", tq, Dt::F32, true, {}, tq, kNone, Dt::Model, Dt::F32});
+  e.push_back({"attn.k_copy", "contiguous", tq, Dt::F32, true, {}, tq, kNone, Dt::Model, Dt::F32});
+  e.push_back({"attn.scores", "matmul", SS, Dt::F32, false, {}, kNone});
+  e.push_back({"attn.masked", "add", SS, Dt::F32, false, {}, kNone});
+  e.push_back({"attn.softmax", "_safe_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
+  e.push_back({"attn.probs_noise", "bernoulli_", SS, Dt::F32, true, {}, kNone});
+  e.push_back({"attn.probs_dropped", "mul", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
+  e.push_back({"attn.v_copy", "contiguous", tq, Dt::F32, true, {}, kNone});
+  e.push_back({"attn.pv", "matmul", tq, Dt::F32, false, half ? "attn.out_half" : "attn.copy", SS, kNone, Dt::Model,
+               Dt::F32});
+  // in half precision the fp32 output is cast back; the transpose copy o_proj keeps reads it
+  if (half) e.push_back({"attn.out_half", "_to_copy", tq, Dt::Model, false, "attn.copy", tq});
+  l.insert(at, e.begin(), e.end());
+}
+
+/// Eager attention with dropout on the probabilities [G]: softmax (kept), dropout noise and output
+/// (kept by the PV matmul) in the model dtype.
+void eager_probs_dropout(OpList& l) {
+  auto at = position(l, "attn.softmax") + 1;
+  if (find_op(l, "attn.probs_half")) at = position(l, "attn.probs_half") + 1;
+  OpList e;
+  e.push_back({"attn.probs_noise", "bernoulli_", SS, Dt::Model, true, {}, kNone});
+  e.push_back({"attn.probs_dropped", "mul", SS, Dt::Model, true, {}, SS});
+  l.insert(at, e.begin(), e.end());
+}
+
+}  // namespace
+
+/// GPT2Block [G]: ln_1, attention (c_attn split into views; c_proj; resid_dropout), + residual,
+/// ln_2, MLP (c_fc, gelu_new as its expression, c_proj, dropout), + residual. Conv1D is addmm like a
+/// Linear. The attention's fused output lives until the attention returns, its dropped output
+/// until the block returns [M].
+OpList gpt2_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("qkv.out", shape(Sym::T, Sym::QKV), TH, Sym::H, Sym::QKV, false, "attn.dropped"));
+  l.push_back({"attn.out", "_scaled_dot_product_flash_attention", TQ, Dt::Model, true, {}, shape(Sym::T, Sym::QKV)});
+  l.push_back({"attn.lse", "_scaled_dot_product_flash_attention", shape(Sym::B, Sym::A, Sym::S), Dt::F32, true, {},
+               kNone});
+  l.push_back({"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
+  l.push_back(linear("dense.out", TH, TQ, Sym::Q, Sym::H, false, {}));
+  dropout(l, "attn.noise", "attn.dropped", "layer.out");
+  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
+  layer_norm(l, kLn2);
+  expression_mlp(l, {});
+  dropout(l, "mlp.noise", "mlp.dropped", "layer.out");
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
+               "attn.residual"});
+  if (s.eager) {
+    // eager_attention_forward [G]: q and k^T are strided views, copied for the matmul (kept); the
+    // softmax stays in the model dtype
+    eager_attention(l, "qkv.out", "attn.dropped");
+    find_mut(l, "attn.softmax")->dtype = Dt::Model;
+    OpList c;
+    c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+    c.push_back({"attn.k_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+    l.insert(position(l, "attn.scores"), c.begin(), c.end());
+    if (s.attn_dropout) eager_probs_dropout(l);
+  } else if (s.attn_dropout && !s.cuda) {
+    sdpa_math_with_dropout(l, s.half);
+  }
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -479,6 +565,25 @@ OpList opt_embedding(const LayerSetup& s) {
   return l;
 }
 
+/// GPT2Model [G]: wte and wpe outputs stay alive as the model's locals until it returns; their sum,
+/// through the embedding dropout, is the first layer's input; eager attention reads one
+/// [b, 1, s, s] mask built for all layers.
+OpList gpt2_embedding(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
+  l.push_back({"positions.out", "embedding", shape(Sym::S, Sym::H), Dt::Model, false, "decoder_end", kNone,
+               shape(Sym::Pos, Sym::H)});
+  if (s.eager)
+    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
+  if (s.embd_dropout) {
+    l.push_back({"embed.noise", "bernoulli_", TH, Dt::Model, true, {}, kNone});
+    l.push_back({"embed.dropped", "mul", TH, Dt::Model, false, "layer_out", TH});
+  }
+  return l;
+}
+
+const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kOptLists{&opt_layer, &opt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kPhiLists{&phi_layer, &phi_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kFalconLists{&falcon_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};

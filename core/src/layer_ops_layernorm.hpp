@@ -23,6 +23,9 @@ extern const FamilyLists kStarcoder2Lists;
 extern const FamilyLists kStableLmLists;
 /// OPT (modeling_opt.py): pre-norm, q scaled, learned positions, relu MLP, dropout.
 extern const FamilyLists kOptLists;
+/// GPT-2 (modeling_gpt2.py): fused c_attn, learned positions, gelu_new, attention / residual /
+/// embedding dropout (SDPA with dropout runs the math path on CPU).
+extern const FamilyLists kGpt2Lists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary

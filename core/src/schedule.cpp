@@ -431,6 +431,7 @@ struct FamilyRow {
   /// LoRA under checkpointing is described (false: the backward of a checkpointed LoRA layer piles up
   /// more than the gradient chain of the lists holds)
   bool lora_checkpointed = true;
+  bool attention_dropout = false;  ///< the lists model attention dropout (p > 0)
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -442,6 +443,7 @@ constexpr FamilyRow kFamilies[] = {
     {"phi", &kPhiLists, &complete_layernorm_setup, true, true},
     {"starcoder2", &kStarcoder2Lists, &complete_layernorm_setup, true, true},
     {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
+    {"gpt2", &kGpt2Lists, &complete_layernorm_setup, true, true, true, true},
     // OPT + LoRA + checkpointing: the recorded trace of opt/lora/fp32/gc/eager peaks in fc2's
     // backward with four [T, i] tensors (relu's output, the adapter's and the frozen base's input
     // gradients, their out-of-place sum); the lists' gradient chain holds three (-4.4 %)
@@ -467,7 +469,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.size() != 1 ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || r.runtime.compile ||
-      m.attention_dropout > 0 || ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
+      (m.attention_dropout > 0 && !row->attention_dropout) || ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
     return std::nullopt;
   const bool qv = !r.lora.all_linear && r.lora.targets.size() == 2 &&
                   std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(),
