@@ -16,6 +16,7 @@
 //  [T] transformers models/stablelm/modeling_stablelm.py (StableLmAttention, StableLmDecoderLayer)
 //  [O] transformers models/opt/modeling_opt.py (OPTDecoderLayer, OPTAttention, OPTDecoder)
 //  [G] transformers models/gpt2/modeling_gpt2.py (GPT2Block, GPT2Attention, eager_attention_forward)
+//  [B] transformers models/gpt_bigcode/modeling_gpt_bigcode.py (GPTBigCodeBlock, GPTBigCodeAttention)
 //  [K] PyTorch aten/src/ATen/native/transformers/attention.cpp (_scaled_dot_product_attention_math)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
@@ -344,7 +345,12 @@ void sdpa_math_with_dropout(OpList& l, bool half) {
 /// (kept by the PV matmul) in the model dtype.
 void eager_probs_dropout(OpList& l) {
   auto at = position(l, "attn.softmax") + 1;
-  if (find_op(l, "attn.probs_half")) at = position(l, "attn.probs_half") + 1;
+  if (TensorOp* half = find_mut(l, "attn.probs_half")) {
+    // the half copy of an fp32 softmax is dropout's input, which mul does not keep [D]
+    half->saved = false;
+    half->dies_after = "attn.probs_dropped";
+    at = position(l, "attn.probs_half") + 1;
+  }
   OpList e;
   e.push_back({"attn.probs_noise", "bernoulli_", SS, Dt::Model, true, {}, kNone});
   e.push_back({"attn.probs_dropped", "mul", SS, Dt::Model, true, {}, SS});
@@ -353,11 +359,21 @@ void eager_probs_dropout(OpList& l) {
 
 }  // namespace
 
+OpList gpt2_like_layer(const LayerSetup& s, bool bigcode);
+
 /// GPT2Block [G]: ln_1, attention (c_attn split into views; c_proj; resid_dropout), + residual,
 /// ln_2, MLP (c_fc, gelu_new as its expression, c_proj, dropout), + residual. Conv1D is addmm like a
 /// Linear. The attention's fused output lives until the attention returns, its dropped output
 /// until the block returns [M].
-OpList gpt2_layer(const LayerSetup& s) {
+OpList gpt2_layer(const LayerSetup& s) { return gpt2_like_layer(s, false); }
+
+/// GPTBigCodeBlock [B]: the GPT-2 block with multi-query attention (c_attn gives q and one K/V
+/// head, repeated to every query head: copies the attention keeps), the softmax in fp32
+/// (attention_softmax_in_fp32) and gelu_pytorch_tanh (F.gelu: saves its input).
+OpList gpt_bigcode_layer(const LayerSetup& s) { return gpt2_like_layer(s, true); }
+
+/// GPT-2's block, or GPTBigCode's (multi-query attention, fp32 softmax, F.gelu).
+OpList gpt2_like_layer(const LayerSetup& s, bool bigcode) {
   OpList l;
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
   layer_norm(l, kLn1);
@@ -370,21 +386,31 @@ OpList gpt2_layer(const LayerSetup& s) {
   dropout(l, "attn.noise", "attn.dropped", "layer.out");
   l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
   layer_norm(l, kLn2);
-  expression_mlp(l, {});
+  if (bigcode) plain_mlp(l, s, {});
+  else expression_mlp(l, {});
   dropout(l, "mlp.noise", "mlp.dropped", "layer.out");
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
                "attn.residual"});
   if (s.eager) {
     // eager_attention_forward [G]: q and k^T are strided views, copied for the matmul (kept); the
     // softmax stays in the model dtype
+    // (GPTBigCode: k and v are repeat_kv copies [b, heads, s, d]; k^T of the copy needs none)
     eager_attention(l, "qkv.out", "attn.dropped");
-    find_mut(l, "attn.softmax")->dtype = Dt::Model;
+    if (!bigcode) find_mut(l, "attn.softmax")->dtype = Dt::Model;
+    if (bigcode && s.half) eager_probs_half(l);
     OpList c;
     c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
-    c.push_back({"attn.k_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+    c.push_back({bigcode ? "attn.k_repeat" : "attn.k_copy", "contiguous", TQ, Dt::Model, true, {}, TKV});
     l.insert(position(l, "attn.scores"), c.begin(), c.end());
     if (s.attn_dropout) eager_probs_dropout(l);
   } else if (s.attn_dropout && !s.cuda) {
+    if (bigcode) {
+      // sdpa_attention_forward repeats K / V to every query head before the math path [S]
+      OpList c;
+      c.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, false, "attn.copy", TKV});
+      c.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, false, "attn.copy", TKV});
+      l.insert(position(l, "attn.out"), c.begin(), c.end());
+    }
     sdpa_math_with_dropout(l, s.half);
   }
   if (!s.full) edit_layernorm_lora(l, s.half);
@@ -584,6 +610,8 @@ OpList gpt2_embedding(const LayerSetup& s) {
 }
 
 const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
+const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_embedding, &layernorm_head,
+                                   &edit_layernorm_input_needs_no_grad};
 const FamilyLists kOptLists{&opt_layer, &opt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kPhiLists{&phi_layer, &phi_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kFalconLists{&falcon_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
@@ -745,6 +773,8 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
   ow.push_back({mul(m.embedding_params, bytes), full});
   if (m.position_params > 0) ow.push_back({mul(m.position_params, bytes), full});
   split_params(ow, m.other_params, m.hidden, bytes, full);
+  // registered buffers the modules keep on the device (GPTBigCode's [n_pos, n_pos] causal mask, ...)
+  if (m.buffer_bytes > 0) ow.push_back({m.buffer_bytes, false});
   if (!m.tied_embeddings) {
     ow.push_back({mul(m.lm_head.weight_params(), bytes), full});
     if (m.lm_head.bias) ow.push_back({mul(m.lm_head.bias_params(), bytes), full});

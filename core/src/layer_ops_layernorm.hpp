@@ -26,6 +26,8 @@ extern const FamilyLists kOptLists;
 /// GPT-2 (modeling_gpt2.py): fused c_attn, learned positions, gelu_new, attention / residual /
 /// embedding dropout (SDPA with dropout runs the math path on CPU).
 extern const FamilyLists kGpt2Lists;
+/// GPTBigCode (modeling_gpt_bigcode.py): GPT-2 with multi-query attention and F.gelu.
+extern const FamilyLists kGptBigCodeLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary

@@ -444,6 +444,7 @@ constexpr FamilyRow kFamilies[] = {
     {"starcoder2", &kStarcoder2Lists, &complete_layernorm_setup, true, true},
     {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
     {"gpt2", &kGpt2Lists, &complete_layernorm_setup, true, true, true, true},
+    {"gpt_bigcode", &kGptBigCodeLists, &complete_layernorm_setup, true, true, true, true},
     // OPT + LoRA + checkpointing: the recorded trace of opt/lora/fp32/gc/eager peaks in fc2's
     // backward with four [T, i] tensors (relu's output, the adapter's and the frozen base's input
     // gradients, their out-of-place sum); the lists' gradient chain holds three (-4.4 %)
