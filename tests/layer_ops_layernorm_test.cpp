@@ -22,7 +22,7 @@ using namespace memfit::sched;
 namespace {
 
 /// The families of layer_ops_layernorm.hpp, by their tiny configs (data/validation/tiny_configs).
-constexpr const char* kFamilies[] = {"gpt_neox", "falcon", "phi", "starcoder2", "stablelm", "opt", "gpt2", "gpt_bigcode"};
+constexpr const char* kFamilies[] = {"gpt_neox", "falcon", "phi", "starcoder2", "stablelm", "opt", "gpt2", "gpt_bigcode", "bloom"};
 
 bool lookup(const std::string& id, nlohmann::json& c) { return bundled_config(id, c); }
 
@@ -36,7 +36,7 @@ Request tiny_request(const std::string& family, bool full, bool half, bool eager
                         {"device", "cpu"},
                         {"task", full ? "full" : "lora"},
                         {"precision", half ? "bf16" : "fp32"},
-                        {"attention", eager ? "eager" : "sdpa"},
+                        {"attention", eager ? "eager" : "auto"},  // auto: SDPA where the family has it
                         {"gradient_checkpointing", gc},
                         {"micro_batch_size", 2},
                         {"sequence_length", 64},

@@ -91,6 +91,9 @@ struct TensorOp {
   /// here (the branches' sum), and the gradient the first branch produced waits at the entry
   /// named by `residual_of` (the branches' common input), where autograd sums the two.
   std::string_view branch_of{};
+  /// Temporaries of the input gradient's size its backward holds while it computes (a custom
+  /// autograd.Function written in Python ops, e.g. BLOOM's GeLUFunction), freed when it returns.
+  std::uint8_t backward_temps = 0;
 };
 
 using OpList = std::vector<TensorOp>;
@@ -120,6 +123,7 @@ struct LayerSetup {
   bool embd_dropout = false;   ///< dropout on the embeddings (p > 0)
   bool cuda = false;           ///< the CUDA kernels (else the CPU ones: SDPA layouts differ)
   bool head_bias = false;      ///< the LM head has a bias (Phi)
+  bool checkpointing = false;  ///< gradient checkpointing (PEFT then makes the embeddings' output need a gradient)
 };
 
 /// The lists of one family, and the edit of its first layer when its input needs no gradient.

@@ -17,6 +17,7 @@
 //  [O] transformers models/opt/modeling_opt.py (OPTDecoderLayer, OPTAttention, OPTDecoder)
 //  [G] transformers models/gpt2/modeling_gpt2.py (GPT2Block, GPT2Attention, eager_attention_forward)
 //  [B] transformers models/gpt_bigcode/modeling_gpt_bigcode.py (GPTBigCodeBlock, GPTBigCodeAttention)
+//  [W] transformers models/bloom/modeling_bloom.py (BloomBlock, BloomAttention, BloomGelu)
 //  [K] PyTorch aten/src/ATen/native/transformers/attention.cpp (_scaled_dot_product_attention_math)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
@@ -417,6 +418,44 @@ OpList gpt2_like_layer(const LayerSetup& s, bool bigcode) {
   return l;
 }
 
+/// BloomBlock [W] (eager only): input_layernorm, query_key_value reshaped into per-head copies of
+/// q, k and v (kept by baddbmm / bmm), alibi.baddbmm scores and + mask (the attention's locals), softmax
+/// in fp32 (kept, and returned by the block), the merged heads (a copy, kept by dense), dropout_add;
+/// post_attention_layernorm, dense_h_to_4h, bloom_gelu (an autograd.Function saving its input,
+/// computed through [T, i] temporaries), dense_4h_to_h, dropout_add [M].
+OpList bloom_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("qkv.out", shape(Sym::T, Sym::QKV), TH, Sym::H, Sym::QKV, false, "attn.residual"));
+  l.push_back({"attn.q_copy", "reshape", TQ, Dt::Model, true, {}, TQ});
+  l.push_back({"attn.k_copy", "reshape", TQ, Dt::Model, true, {}, TQ});
+  l.push_back({"attn.v_copy", "reshape", TQ, Dt::Model, true, {}, TQ});
+  l.push_back({"attn.scores", "baddbmm", SS, Dt::Model, false, "attn.residual", TQ});
+  l.push_back({"attn.masked", "add", SS, Dt::Model, false, "attn.residual", kNone});
+  l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, "next_layer", SS});
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.pv", "bmm", TQ, Dt::Model, false, {}, SS});
+  l.push_back({"attn.copy", "_merge_heads", TQ, Dt::Model, true, {}, kNone});
+  l.push_back(linear("dense.out", TH, TQ, Sym::Q, Sym::H, false, {}));
+  // dropout_add (p = 0): residual + out; kept by post_attention_layernorm [D]
+  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
+  layer_norm(l, kLn2);
+  l.push_back(linear("fc1.out", TI, TH, Sym::H, Sym::I, true, {}));
+  for (std::string_view t : {"act.t1", "act.t2", "act.t3"})
+    l.push_back({t, "bloom_gelu", TI, Dt::Model, false, "mlp.act", kNone});
+  l.push_back({"mlp.act", "bloom_gelu", TI, Dt::Model, true, {}, TI});
+  // GeLUFunction.backward recomputes tanh and its derivative in Python ops: three [T, i]
+  // temporaries next to its output [W][M]
+  find_mut(l, "mlp.act")->backward_temps = 3;
+  l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, {}));
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
+               "attn.residual"});
+  if (s.half) find_mut(l, "attn.probs_half")->dies_after = {}, find_mut(l, "attn.softmax")->dies_after = {};
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -609,6 +648,32 @@ OpList gpt2_embedding(const LayerSetup& s) {
   return l;
 }
 
+/// BloomModel [W]: word_embeddings, word_embeddings_layernorm (saves its input), the alibi
+/// [b * heads, 1, s] and the [b, 1, s, s] mask, both alive until the decoder stack returns.
+OpList bloom_embedding(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, true, {}, kNone, shape(Sym::V, Sym::H)});
+  layer_norm(l, {"embed_ln.out", "embed_ln.mean", "embed_ln.rstd"});
+  find_mut(l, "embed_ln.out")->saved = false;
+  find_mut(l, "embed_ln.out")->dies_after = "layer_out";
+  if (!s.full) find_mut(l, "embed_ln.out")->weight = kNone, find_mut(l, "embed_ln.out")->bias = kNone;
+  if (!s.full && !s.checkpointing) {
+    // LoRA without checkpointing: nothing before the first adapter needs a gradient, so the
+    // frozen layer norm records nothing [D] (PEFT's enable_input_require_grads comes with checkpointing)
+    find_mut(l, "embed.out")->saved = false;
+    find_mut(l, "embed.out")->dies_after = "embed_ln.out";
+    for (std::string_view n : {"embed_ln.mean", "embed_ln.rstd"}) find_mut(l, n)->saved = false;
+  }
+  // the last entry is what the list hands on: the layer norm's output, moved to the end
+  TensorOp out = *find_op(l, "embed_ln.out");
+  l.erase(position(l, "embed_ln.out"));
+  l.push_back({"alibi", "build_alibi_tensor", shape(Sym::B, Sym::A, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back(out);
+  return l;
+}
+
+const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_embedding, &layernorm_head,
                                    &edit_layernorm_input_needs_no_grad};
@@ -759,6 +824,7 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
   s.layer.embd_dropout = m.embedding_dropout > 0;
   s.layer.cuda = r.device == Device::Cuda;
   s.layer.head_bias = !m.tied_embeddings && m.lm_head.bias;
+  s.layer.checkpointing = r.gradient_checkpointing;
   // the layer's norms (weight and bias of width h), then each Linear's weight and bias; LoRA's A
   // [r, in] and B [out, r] for every Linear, in the adapter dtype (PEFT)
   std::vector<ParamTensor>& lw = s.layer_weights;

@@ -28,6 +28,8 @@ extern const FamilyLists kOptLists;
 extern const FamilyLists kGpt2Lists;
 /// GPTBigCode (modeling_gpt_bigcode.py): GPT-2 with multi-query attention and F.gelu.
 extern const FamilyLists kGptBigCodeLists;
+/// BLOOM (modeling_bloom.py): alibi, fused query_key_value, embedding layer norm, bloom_gelu.
+extern const FamilyLists kBloomLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary

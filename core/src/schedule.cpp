@@ -245,7 +245,10 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
     if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i]));
     if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
     if (r.grad_bytes[i] > 0) {
+      std::vector<int> temps;
+      for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i]));
       const int g = sink.alloc(r.grad_bytes[i]);
+      for (int t : temps) sink.free(t);
       if (!held(grad)) sink.free(grad);
       grad = g;
     }
@@ -444,6 +447,7 @@ constexpr FamilyRow kFamilies[] = {
     {"starcoder2", &kStarcoder2Lists, &complete_layernorm_setup, true, true},
     {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
     {"gpt2", &kGpt2Lists, &complete_layernorm_setup, true, true, true, true},
+    {"bloom", &kBloomLists, &complete_layernorm_setup, true, true},
     {"gpt_bigcode", &kGptBigCodeLists, &complete_layernorm_setup, true, true, true, true},
     // OPT + LoRA + checkpointing: the recorded trace of opt/lora/fp32/gc/eager peaks in fc2's
     // backward with four [T, i] tensors (relu's output, the adapter's and the frozen base's input
