@@ -18,6 +18,7 @@
 //  [G] transformers models/gpt2/modeling_gpt2.py (GPT2Block, GPT2Attention, eager_attention_forward)
 //  [B] transformers models/gpt_bigcode/modeling_gpt_bigcode.py (GPTBigCodeBlock, GPTBigCodeAttention)
 //  [W] transformers models/bloom/modeling_bloom.py (BloomBlock, BloomAttention, BloomGelu)
+//  [I] transformers models/biogpt/modeling_biogpt.py (BioGptDecoderLayer, BioGptAttention)
 //  [K] PyTorch aten/src/ATen/native/transformers/attention.cpp (_scaled_dot_product_attention_math)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
@@ -456,6 +457,53 @@ OpList bloom_layer(const LayerSetup& s) {
   return l;
 }
 
+/// BioGptDecoderLayer [I]: pre-norm attention (q / k / v / out_proj with biases, the projections the
+/// attention's locals until it returns), dropout, + residual; final_layer_norm, fc1 -> gelu -> fc2,
+/// dropout, + residual. Attention dropout: the eager path keeps the noise and the dropped
+/// probabilities in the model dtype; SDPA runs the CPU math path [M].
+OpList biogpt_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("q_proj.out", TQ, TH, Sym::H, Sym::Q, true, {}));
+  l.push_back(linear("k_proj.out", TKV, TH, Sym::H, Sym::KV, true, {}));
+  l.push_back(linear("v_proj.out", TKV, TH, Sym::H, Sym::KV, true, {}));
+  l.push_back({"attn.out", "_scaled_dot_product_flash_attention", TQ, Dt::Model, true, {}, shape(Sym::T, Sym::QKV)});
+  l.push_back({"attn.lse", "_scaled_dot_product_flash_attention", shape(Sym::B, Sym::A, Sym::S), Dt::F32, true, {},
+               kNone});
+  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, s.resid_dropout ? "" : "attn.residual"));
+  if (s.resid_dropout) dropout(l, "attn.noise", "attn.dropped", "attn.residual");
+  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
+  layer_norm(l, kLn2);
+  plain_mlp(l, s, s.resid_dropout ? "" : "layer.out");
+  if (s.resid_dropout) dropout(l, "mlp.noise", "mlp.dropped", "layer.out");
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
+               "attn.residual"});
+  const bool math = !s.eager && s.attn_dropout && !s.cuda;
+  if (s.eager || math) {
+    // the projections are strided views the attention copies: they die with its locals
+    for (std::string_view n : {"q_proj.out", "k_proj.out", "v_proj.out"}) {
+      TensorOp* t = find_mut(l, n);
+      t->saved = false;
+      t->dies_after = "out_proj.out";
+    }
+  }
+  if (s.eager) {
+    eager_attention(l, "v_proj.out", "out_proj.out");
+    find_mut(l, "attn.softmax")->dtype = Dt::Model;  // softmax in the model dtype [I]
+    OpList c;
+    c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+    c.push_back({"attn.k_copy", "contiguous", TKV, Dt::Model, true, {}, TKV});
+    l.insert(position(l, "attn.scores"), c.begin(), c.end());
+    if (s.attn_dropout) eager_probs_dropout(l);
+  } else if (math) {
+    l.insert(position(l, "attn.lse") + 1, {"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
+    sdpa_math_with_dropout(l, s.half);
+  }
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -673,6 +721,25 @@ OpList bloom_embedding(const LayerSetup& s) {
   return l;
 }
 
+/// BioGptModel [I]: embed_tokens scaled by sqrt(d) (the scaled embeddings and the learned positions
+/// are the model's locals until it returns), their sum through dropout is the first layer's input.
+OpList biogpt_embedding(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, {}, kNone, shape(Sym::V, Sym::H)});
+  l.push_back({"embed.scaled", "mul", TH, Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"positions.out", "embedding", shape(Sym::S, Sym::H), Dt::Model, false, "decoder_end", kNone,
+               shape(Sym::Pos, Sym::H)});
+  if (s.eager)
+    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
+  if (s.embd_dropout) {
+    l.push_back({"embed.noise", "bernoulli_", TH, Dt::Model, true, {}, kNone});
+    l.push_back({"embed.dropped", "mul", TH, Dt::Model, false, "layer_out", TH});
+  }
+  return l;
+}
+
+const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_embedding, &layernorm_head,

@@ -30,6 +30,8 @@ extern const FamilyLists kGpt2Lists;
 extern const FamilyLists kGptBigCodeLists;
 /// BLOOM (modeling_bloom.py): alibi, fused query_key_value, embedding layer norm, bloom_gelu.
 extern const FamilyLists kBloomLists;
+/// BioGPT (modeling_biogpt.py): OPT-like pre-norm layers with gelu, scaled embeddings, dropout.
+extern const FamilyLists kBioGptLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary
