@@ -124,6 +124,7 @@ struct LayerSetup {
   bool cuda = false;           ///< the CUDA kernels (else the CPU ones: SDPA layouts differ)
   bool head_bias = false;      ///< the LM head has a bias (Phi)
   bool checkpointing = false;  ///< gradient checkpointing (PEFT then makes the embeddings' output need a gradient)
+  bool logits_fp32_in_model = false;  ///< the model casts its logits to fp32 (CodeGen, GPT-Neo)
 };
 
 /// The lists of one family, and the edit of its first layer when its input needs no gradient.

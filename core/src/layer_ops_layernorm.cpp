@@ -19,6 +19,7 @@
 //  [B] transformers models/gpt_bigcode/modeling_gpt_bigcode.py (GPTBigCodeBlock, GPTBigCodeAttention)
 //  [W] transformers models/bloom/modeling_bloom.py (BloomBlock, BloomAttention, BloomGelu)
 //  [I] transformers models/biogpt/modeling_biogpt.py (BioGptDecoderLayer, BioGptAttention)
+//  [E] transformers models/gpt_neo/modeling_gpt_neo.py (GPTNeoBlock, GPTNeoSelfAttention._attn)
 //  [K] PyTorch aten/src/ATen/native/transformers/attention.cpp (_scaled_dot_product_attention_math)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
@@ -504,6 +505,43 @@ OpList biogpt_layer(const LayerSetup& s) {
   return l;
 }
 
+/// GPTNeoBlock [E] (eager only): ln_1, q / k / v projections (no bias; the attention's locals), _attn
+/// in fp32 (q and k upcast, then copied contiguous for the matmul: kept), where(causal bias), + mask,
+/// softmax (kept; its cast back to the model dtype kept by the PV matmul), the merged heads (a copy,
+/// kept by out_proj), + residual (the attention output a local until the block returns); ln_2,
+/// c_fc, gelu_new as its expression, c_proj, + residual. Local and global layers differ only in the
+/// causal bias they read [M].
+OpList gpt_neo_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("q_proj.out", TQ, TH, Sym::H, Sym::Q, false, "out_proj.out", false));
+  l.push_back(linear("k_proj.out", TKV, TH, Sym::H, Sym::KV, false, "out_proj.out", false));
+  l.push_back(linear("v_proj.out", TKV, TH, Sym::H, Sym::KV, false, "out_proj.out", false));
+  if (s.half) {
+    l.push_back({"attn.q_f32", "_to_copy", TQ, Dt::F32, false, "out_proj.out", TQ});
+    l.push_back({"attn.k_f32", "_to_copy", TKV, Dt::F32, false, "out_proj.out", TKV});
+  }
+  l.push_back({"attn.q_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.k_copy", "contiguous", TKV, Dt::F32, true, {}, TKV, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.scores", "matmul", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.masked", "where", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.masked2", "add", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
+  l.push_back({"attn.copy", "_merge_heads", TQ, Dt::Model, true, {}, kNone});
+  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out"));
+  l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
+  layer_norm(l, kLn2);
+  expression_mlp(l, {});
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
+               "attn.residual"});
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -573,7 +611,12 @@ OpList layernorm_head(const LayerSetup& s) {
   l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   if (s.full && s.head_bias) find_mut(l, "logits")->bias = shape(Sym::V);
-  if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, {}, shape(Sym::T, Sym::V)});
+  // CodeGen / GPT-Neo cast the logits to fp32 inside the model: the model output holds the fp32
+  // copy, the half logits die at the cast
+  if (s.half && s.logits_fp32_in_model) find_mut(l, "logits")->dies_after = "loss.logits_fp32";
+  if (s.half)
+    l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false,
+                 s.logits_fp32_in_model ? "loss" : "", shape(Sym::T, Sym::V)});
   l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
   l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
                shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
@@ -739,6 +782,14 @@ OpList biogpt_embedding(const LayerSetup& s) {
   return l;
 }
 
+/// GPTNeoModel [E]: wte and wpe outputs (the model's locals until it returns), their sum the first
+/// layer's input; one [b, 1, s, s] mask for all layers.
+OpList gpt_neo_embedding(const LayerSetup& s) {
+  OpList l = gpt2_embedding(s);
+  return l;
+}
+
+const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
@@ -892,6 +943,7 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
   s.layer.cuda = r.device == Device::Cuda;
   s.layer.head_bias = !m.tied_embeddings && m.lm_head.bias;
   s.layer.checkpointing = r.gradient_checkpointing;
+  s.layer.logits_fp32_in_model = m.logits_fp32_in_model;
   // the layer's norms (weight and bias of width h), then each Linear's weight and bias; LoRA's A
   // [r, in] and B [out, r] for every Linear, in the adapter dtype (PEFT)
   std::vector<ParamTensor>& lw = s.layer_weights;

@@ -32,6 +32,8 @@ extern const FamilyLists kGptBigCodeLists;
 extern const FamilyLists kBloomLists;
 /// BioGPT (modeling_biogpt.py): OPT-like pre-norm layers with gelu, scaled embeddings, dropout.
 extern const FamilyLists kBioGptLists;
+/// GPT-Neo (modeling_gpt_neo.py): eager attention in fp32, local / global layers, gelu_new.
+extern const FamilyLists kGptNeoLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary

@@ -435,7 +435,21 @@ struct FamilyRow {
   /// more than the gradient chain of the lists holds)
   bool lora_checkpointed = true;
   bool attention_dropout = false;  ///< the lists model attention dropout (p > 0)
+  /// layer groups that differ only in their attention window are one list (GPT-Neo's local layers
+  /// read another causal bias buffer; their tensors are the global layers')
+  bool windows_alike = false;
 };
+
+/// Every layer group has the first one's tensors (they may differ in the attention window only).
+bool groups_alike(const ModelSpec& m) {
+  for (const LayerGroup& g : m.groups) {
+    const LayerGroup& f = m.groups.front();
+    if (g.mlp_intermediate != f.mlp_intermediate || g.moe || g.linears.size() != f.linears.size() ||
+        g.other_params != f.other_params)
+      return false;
+  }
+  return true;
+}
 
 constexpr FamilyRow kFamilies[] = {
     {"llama", &kLlamaLists, nullptr, false},
@@ -448,6 +462,7 @@ constexpr FamilyRow kFamilies[] = {
     {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
     {"gpt2", &kGpt2Lists, &complete_layernorm_setup, true, true, true, true},
     {"bloom", &kBloomLists, &complete_layernorm_setup, true, true},
+    {"gpt_neo", &kGptNeoLists, &complete_layernorm_setup, true, true, true, true, true},
     // BioGPT + LoRA + checkpointing: the OPT-like layer's backward misses as OPT's does (-3.2 %)
     {"biogpt", &kBioGptLists, &complete_layernorm_setup, true, true, false, true},
     {"gpt_bigcode", &kGptBigCodeLists, &complete_layernorm_setup, true, true, true, true},
@@ -474,7 +489,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool task = r.task == Task::Full || r.task == Task::Lora;
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
-  if (!family || !precision || !task || !single || !optimizer || m.groups.size() != 1 ||
+  const bool one_list = m.groups.size() == 1 || (family && row->windows_alike && groups_alike(m));
+  if (!family || !precision || !task || !single || !optimizer || !one_list ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || r.runtime.compile ||
       (m.attention_dropout > 0 && !row->attention_dropout) || ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
     return std::nullopt;
