@@ -22,7 +22,7 @@ using namespace memfit::sched;
 namespace {
 
 /// The families of layer_ops_layernorm.hpp, by their tiny configs (data/validation/tiny_configs).
-constexpr const char* kFamilies[] = {"gpt_neox", "falcon", "phi", "starcoder2", "stablelm", "opt", "gpt2", "gpt_bigcode", "bloom", "biogpt", "gpt_neo"};
+constexpr const char* kFamilies[] = {"gpt_neox", "falcon", "phi", "starcoder2", "stablelm", "opt", "gpt2", "gpt_bigcode", "bloom", "biogpt", "gpt_neo", "gptj"};
 
 bool lookup(const std::string& id, nlohmann::json& c) { return bundled_config(id, c); }
 

@@ -20,6 +20,7 @@
 //  [W] transformers models/bloom/modeling_bloom.py (BloomBlock, BloomAttention, BloomGelu)
 //  [I] transformers models/biogpt/modeling_biogpt.py (BioGptDecoderLayer, BioGptAttention)
 //  [E] transformers models/gpt_neo/modeling_gpt_neo.py (GPTNeoBlock, GPTNeoSelfAttention._attn)
+//  [J] transformers models/gptj/modeling_gptj.py (GPTJBlock, GPTJAttention, apply_rotary_pos_emb)
 //  [K] PyTorch aten/src/ATen/native/transformers/attention.cpp (_scaled_dot_product_attention_math)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
@@ -542,6 +543,74 @@ OpList gpt_neo_layer(const LayerSetup& s) {
   return l;
 }
 
+namespace {
+
+/// GPT-J's apply_rotary_pos_emb on the rotated part of q or k [J]: sin and cos repeat_interleave'd
+/// (kept by the muls), x * cos, rotate_every_two (neg of the odd half, stack), * sin, add; the
+/// rotated part stays a local until the attention returns [M].
+void interleaved_rotary(OpList& l, bool k) {
+  const Shape w = shape(Sym::T, k ? Sym::KR : Sym::QR);
+  const Shape sc = shape(Sym::S, Sym::HeadDim);
+  l.push_back({k ? "k.sin" : "q.sin", "repeat_interleave", sc, Dt::Model, true, {}, kNone});
+  l.push_back({k ? "k.cos" : "q.cos", "repeat_interleave", sc, Dt::Model, true, {}, kNone});
+  l.push_back({k ? "k.mul_cos" : "q.mul_cos", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
+  l.push_back({k ? "k.neg" : "q.neg", "neg", shape(Sym::T, k ? Sym::KRHalf : Sym::QRHalf), Dt::Model, false, {}, kNone});
+  l.push_back({k ? "k.rotate" : "q.rotate", "stack", w, Dt::Model, false, k ? "k.mul_sin" : "q.mul_sin", kNone});
+  l.push_back({k ? "k.mul_sin" : "q.mul_sin", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
+  l.push_back({k ? "k.rot" : "q.rot", "add", w, Dt::Model, false, "out_proj.out", kNone});
+}
+
+}  // namespace
+
+/// GPTJBlock [J] (eager only): ln_1 read by the attention and the MLP in parallel; out = attn + mlp
+/// + x. The attention: q / k / v projections (locals), the sin / cos table gathered for the
+/// positions (locals), interleaved rotary on the first rotary_dim of each head, cat with the rest,
+/// _attn in fp32 on contiguous copies of q and k (kept), / scale, + mask, softmax (kept; its cast
+/// back kept by the PV matmul in half precision), a contiguous copy of v (kept), the merged heads (a
+/// copy, kept by out_proj) [M].
+OpList gptj_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  for (std::string_view n : {"q_proj.out", "k_proj.out", "v_proj.out"})
+    l.push_back(linear(n, TQ, TH, Sym::H, Sym::Q, false, "out_proj.out", false));
+  // position_ids is [1, s] (GPTJModel.forward: arange(s).unsqueeze(0)), so the table repeats once
+  l.push_back({"rotary.table", "repeat", shape(Sym::Pos, Sym::HeadDim), Dt::F32, false, "out_proj.out", kNone});
+  l.push_back({"rotary.ids", "repeat", shape(Sym::S, Sym::HeadDim), Dt::I64, false, "out_proj.out", kNone});
+  if (s.half) {  // gather(...).to(key.dtype): the fp32 gather dies once cast; sin / cos view the copy
+    l.push_back({"rotary.gather", "gather", shape(Sym::S, Sym::HeadDim), Dt::F32, false, {}, kNone});
+    l.push_back({"rotary.sincos", "_to_copy", shape(Sym::S, Sym::HeadDim), Dt::Model, false, "out_proj.out", kNone});
+  } else {
+    l.push_back({"rotary.sincos", "gather", shape(Sym::S, Sym::HeadDim), Dt::F32, false, "out_proj.out", kNone});
+  }
+  interleaved_rotary(l, true);
+  interleaved_rotary(l, false);
+  l.push_back({"k.embed", "cat", TQ, Dt::Model, false, "out_proj.out", TQ});
+  l.push_back({"q.embed", "cat", TQ, Dt::Model, false, "out_proj.out", TQ});
+  if (s.half) {
+    l.push_back({"attn.q_f32", "_to_copy", TQ, Dt::F32, false, "out_proj.out", TQ});
+    l.push_back({"attn.k_f32", "_to_copy", TQ, Dt::F32, false, "out_proj.out", TQ});
+  }
+  l.push_back({"attn.q_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.k_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.scores", "matmul", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.scaled", "div", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.masked", "add", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
+  l.push_back({"attn.copy", "_merge_heads", TQ, Dt::Model, true, {}, kNone});
+  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out", false));
+  find_mut(l, "out_proj.out")->branch_of = "block.sum";
+  find_mut(l, "out_proj.out")->residual_of = "ln1.out";
+  expression_mlp(l, "layer.out");
+  l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -789,6 +858,7 @@ OpList gpt_neo_embedding(const LayerSetup& s) {
   return l;
 }
 
+const FamilyLists kGptjLists{&gptj_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
@@ -964,6 +1034,11 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
     ow.push_back({mul(m.lm_head.weight_params(), bytes), full});
     if (m.lm_head.bias) ow.push_back({mul(m.lm_head.bias_params(), bytes), full});
   }
+}
+
+void complete_gptj_setup(const Request& r, StepSetup& s) {
+  complete_layernorm_setup(r, s);
+  s.dims.pos = r.model.max_positions;  // rows of the sin / cos table (embed_positions.repeat)
 }
 
 void complete_falcon_setup(const Request& r, StepSetup& s) {

@@ -34,6 +34,8 @@ extern const FamilyLists kBloomLists;
 extern const FamilyLists kBioGptLists;
 /// GPT-Neo (modeling_gpt_neo.py): eager attention in fp32, local / global layers, gelu_new.
 extern const FamilyLists kGptNeoLists;
+/// GPT-J (modeling_gptj.py): parallel block, interleaved partial rotary, eager attention in fp32.
+extern const FamilyLists kGptjLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary
@@ -41,6 +43,8 @@ extern const FamilyLists kGptNeoLists;
 void complete_layernorm_setup(const Request& r, StepSetup& s);
 /// Falcon: K is broadcast to every query head before the rotary embedding.
 void complete_falcon_setup(const Request& r, StepSetup& s);
+/// GPT-J: the rotary sin / cos table has max_positions rows.
+void complete_gptj_setup(const Request& r, StepSetup& s);
 
 /// The edits, exposed for tests.
 void edit_layernorm_lora(OpList& l, bool half);

@@ -616,6 +616,7 @@ void build_gptj(Builder& b) {
   m.max_positions = r.size_or({"n_positions"}, 0);
   // every attention registers embed_positions: fp32 sin/cos [max_positions, rotary_dim or n_embd]
   m.buffer_bytes = mul(m.layers, m.max_positions, r.size_or({"rotary_dim"}, h), 4);
+  m.rotary_dim = r.size_or({"rotary_dim"}, 0);  // GPTJAttention / CodeGenAttention: None = the whole head
   const u64 inner = r.size_or({"n_inner"}, mul(4, h));
   m.norm = NormKind::LayerNorm;
   m.mlp = MlpKind::Plain;

@@ -462,6 +462,8 @@ constexpr FamilyRow kFamilies[] = {
     {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
     {"gpt2", &kGpt2Lists, &complete_layernorm_setup, true, true, true, true},
     {"bloom", &kBloomLists, &complete_layernorm_setup, true, true},
+    // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B)
+    {"gptj", &kGptjLists, &complete_gptj_setup, true},
     {"gpt_neo", &kGptNeoLists, &complete_layernorm_setup, true, true, true, true, true},
     // BioGPT + LoRA + checkpointing: the OPT-like layer's backward misses as OPT's does (-3.2 %)
     {"biogpt", &kBioGptLists, &complete_layernorm_setup, true, true, false, true},
