@@ -28,6 +28,12 @@ u64 Dims::of(Sym x) const {
     case Sym::V: return v;
     case Sym::R: return r;
     case Sym::HeadDim: return head_dim;
+    case Sym::QKV: return qkv;
+    case Sym::QR: return qr ? qr : q;
+    case Sym::KR: return kr ? kr : kv;
+    case Sym::QRHalf: return (qr ? qr : q) / 2;
+    case Sym::KRHalf: return (kr ? kr : kv) / 2;
+    case Sym::Pos: return pos;
   }
   return 1;
 }
@@ -80,6 +86,8 @@ void rotary(OpList& l, bool k) {
 }
 
 }  // namespace
+
+const FamilyLists kLlamaLists{&decoder_layer, &embedding, &head_and_loss, &edit_input_needs_no_grad};
 
 const TensorOp* find_op(const OpList& l, std::string_view name) {
   for (const TensorOp& t : l)

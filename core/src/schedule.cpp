@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "layer_ops_layernorm.hpp"
 #include "memfit/model.hpp"
 
 namespace memfit::sched {
@@ -70,9 +71,10 @@ u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return mul(sh.element
 /// A list resolved for the pass: sizes, and for each entry the index after whose creation it dies.
 struct Resolved {
   const OpList* ops = nullptr;
-  std::vector<u64> bytes, grad_bytes, weight_bytes;
+  std::vector<u64> bytes, grad_bytes, weight_bytes, bias_bytes;
   std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
   std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
+  std::vector<size_t> branch_from;  ///< parallel branches: the entry whose gradient this one reads
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
 };
@@ -87,11 +89,16 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     r.bytes.push_back(t.op == "carried" ? 0 : bytes_of(s, t.shape, t.dtype));
     r.grad_bytes.push_back(bytes_of(s, t.grad_input, t.grad_dtype));
     r.weight_bytes.push_back(bytes_of(s, t.weight, t.weight_dtype));
+    r.bias_bytes.push_back(bytes_of(s, t.bias, t.weight_dtype));
     r.sum_bytes.push_back(bytes_of(s, t.shape, Dt::Model));
     size_t skip = kKeep;
     for (size_t j = 0; j < i && !t.residual_of.empty(); ++j)
       if (l[j].name == t.residual_of) skip = j;
     r.skip_to.push_back(skip);
+    size_t from = kKeep;
+    for (size_t j = i + 1; j < l.size() && !t.branch_of.empty(); ++j)
+      if (l[j].name == t.branch_of) from = j;
+    r.branch_from.push_back(from);
     size_t at = kKeep;
     if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
       at = i + 1;
@@ -114,17 +121,31 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
 struct ListState {
   std::vector<int> ids;
   int out = -1;  ///< the carried output (last entry)
+  int returned = -1;  ///< a checkpointed list's tensor the caller keeps until the next list ends
   std::vector<int> weight_grads;
 };
 
+/// torch.utils.checkpoint (non-reentrant, early stop): the recomputation stops once the last
+/// tensor the backward needs has been saved again, i.e. right after the op that saves the last
+/// saved entry (the entry after it); what it created and nothing saves is released.
+size_t recompute_end(const Resolved& r) {
+  const OpList& l = *r.ops;
+  size_t last = 0;
+  for (size_t j = 0; j < l.size(); ++j)
+    if (l[j].saved && r.bytes[j] > 0) last = j;
+  return std::min(l.size(), last + 2);
+}
+
 /// Forward of one list. `input` is the carried tensor entry 0 stands for ("carried" entries).
 /// `checkpointed`: everything but the input dies with the list (torch.utils.checkpoint).
-ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, bool keep_input) {
+ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, bool keep_input,
+                  bool early_stop = false) {
   const OpList& l = *r.ops;
   ListState st;
   st.ids.assign(l.size(), -1);
   size_t next_death = 0;
-  for (size_t i = 0; i < l.size(); ++i) {
+  const size_t end = early_stop ? recompute_end(r) : l.size();
+  for (size_t i = 0; i < end; ++i) {
     st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i]);
     for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
       const size_t j = r.death_order[next_death];
@@ -133,14 +154,57 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   }
   st.out = st.ids.back();
   for (size_t j = 0; j + 1 < l.size(); ++j)
-    if (r.dies_at[j] != kKeep && r.dies_at[j] >= l.size() - 1 && st.ids[j] >= 0 && j != 0)
+    if (r.dies_at[j] != kKeep && (r.dies_at[j] >= l.size() - 1 || r.dies_at[j] >= end) && st.ids[j] >= 0 && j != 0)
       sink.free(st.ids[j]), st.ids[j] = -1;
   if (checkpointed) {
-    for (size_t j = 1; j + 1 < l.size(); ++j)
-      if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+    for (size_t j = 1; j + 1 < l.size(); ++j) {
+      if (st.ids[j] < 0) continue;
+      if (l[j].dies_after == "next_layer") st.returned = st.ids[j];  // the layer returns it
+      else sink.free(st.ids[j]);
+      st.ids[j] = -1;
+    }
   }
   st.ids.back() = -1;  // handed to the next list
   return st;
+}
+
+/// A gradient waiting at an earlier entry of the list, where autograd sums it with another.
+struct Pending {
+  size_t target;
+  int id;
+  /// a parked branch gradient nothing else reads: autograd adds the other one into it in place
+  /// (InputBuffer::accumulate steals a buffer it holds alone); a residual's skip gradient is still
+  /// read by its branch, so that sum is a new tensor
+  bool in_place = false;
+  /// held for the branch entry `target`, which reads it (not summed there)
+  bool read = false;
+};
+
+/// Entry i ends the branch autograd runs second (attention beside an MLP): the gradient the
+/// first branch produced goes to the branches' common input, and entry i reads the gradient
+/// that reached `source` (the branches' sum). If a gradient already waits at that input, autograd
+/// adds the new one to it: in place into a parked gradient, out of place into a residual's skip
+/// gradient (still read by entry i).
+void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>& pending, int& grad) {
+  auto read = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return p.read && p.target == i; });
+  const int source = read == pending.end() ? -1 : read->id;
+  if (read != pending.end()) pending.erase(read);
+  const size_t join = r.skip_to[i];
+  auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return !p.read && p.target == join; });
+  if (waiting != pending.end() && grad >= 0 && waiting->in_place) {
+    sink.free(grad);  // added into the parked gradient
+  } else if (waiting != pending.end() && grad >= 0) {
+    const int sum = sink.alloc(r.sum_bytes[join]);
+    sink.free(grad);
+    const int old = waiting->id;
+    waiting->id = sum;
+    waiting->in_place = true;  // nothing else reads the sum
+    if (old != source && std::none_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == old; }))
+      sink.free(old);
+  } else if (grad >= 0) {
+    pending.push_back({join, grad, true});
+  }
+  grad = source;
 }
 
 /// Backward of one list: in reverse order, each op creates its input gradient (the incoming one
@@ -148,20 +212,23 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
 /// `grad` is the gradient flowing in; returns the one flowing out.
 int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads) {
   const OpList& l = *r.ops;
-  struct Pending {
-    size_t target;
-    int id;
-  };
   std::vector<Pending> pending;  // skip gradients of residual adds, waiting for their branch
   auto held = [&](int id) {
     return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
   };
   for (size_t i = l.size(); i-- > 0;) {
-    for (size_t p = 0; p < pending.size(); ++p) {
-      if (pending[p].target != i) continue;
+    for (size_t p = 0; p < pending.size();) {
+      if (pending[p].target != i || pending[p].read) {
+        ++p;
+        continue;
+      }
       const int skip = pending[p].id;
+      const bool in_place = pending[p].in_place;
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-      if (grad != skip && grad >= 0) {
+      if (in_place && grad != skip && grad >= 0) {
+        if (!held(grad)) sink.free(grad);
+        grad = skip;
+      } else if (grad != skip && grad >= 0) {
         const int sum = sink.alloc(r.sum_bytes[i]);  // branch + skip, summed by autograd
         sink.free(skip);
         if (!held(grad)) sink.free(grad);
@@ -169,12 +236,19 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
       } else {
         grad = skip;
       }
-      break;
     }
+    // a branch entry further down reads the gradient arriving here: hold it until then
+    for (size_t b = 0; b < i; ++b)
+      if (r.branch_from[b] == i && grad >= 0) pending.push_back({b, grad, false, true});
+    if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
     if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i]));
-    if (r.skip_to[i] != kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
+    if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i]));
+    if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
     if (r.grad_bytes[i] > 0) {
+      std::vector<int> temps;
+      for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i]));
       const int g = sink.alloc(r.grad_bytes[i]);
+      for (int t : temps) sink.free(t);
       if (!held(grad)) sink.free(grad);
       grad = g;
     }
@@ -186,12 +260,8 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
 }
 
 /// Parameter tensors of one decoder layer, in module order (bytes), and which are trained.
-struct ParamTensor {
-  u64 bytes = 0;
-  bool trained = false;
-};
-
 std::vector<ParamTensor> layer_params(const StepSetup& s) {
+  if (!s.layer_weights.empty()) return s.layer_weights;
   const Dims& d = s.dims;
   const u64 m = s.dtypes.model, ad = s.dtypes.adapter;
   const bool full = s.layer.full;
@@ -229,6 +299,7 @@ std::vector<ParamTensor> layer_params(const StepSetup& s) {
 }
 
 std::vector<ParamTensor> outer_params(const StepSetup& s) {
+  if (!s.outer_weights.empty()) return s.outer_weights;
   const u64 m = s.dtypes.model;
   std::vector<ParamTensor> p{{mul(s.dims.v, s.dims.h, m), s.layer.full}, {mul(s.dims.h, m), s.layer.full}};
   if (!s.tied_embeddings) p.push_back({mul(s.dims.v, s.dims.h, m), s.layer.full});
@@ -241,6 +312,9 @@ void run(Sink& sink, const StepSetup& s) {
   const OpList &emb_l = lists.embedding, &layer_l = lists.layer, &head_l = lists.head, &first_l = lists.first_layer;
   const bool first_differs = lists.first_differs;
   const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
+  const bool returns_tensor = s.checkpointing && std::any_of(layer_l.begin(), layer_l.end(), [](const TensorOp& t) {
+    return t.dies_after == "next_layer";
+  });
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
@@ -263,12 +337,24 @@ void run(Sink& sink, const StepSetup& s) {
         state0 = forward(sink, first, carried, false, false);
         carried = state0.out;
       }
-      sink.repeat(rest, [&](u64 k) {
+      // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
+      // lives until the next layer has returned, so the first layer differs from the others
+      int returned = -1;
+      auto layer_forward = [&](u64 k) {
         // checkpointing keeps the layer input (the checkpoint's only saved tensor)
         ListState st = forward(sink, layer, carried, s.checkpointing, s.checkpointing);
         carried = st.out;
+        if (returned >= 0) sink.free(returned);
+        returned = st.returned;
         states[sink.slot(k)] = std::move(st);
-      });
+      };
+      if (returns_tensor && rest > 0) {
+        layer_forward(0);
+        sink.repeat(rest - 1, [&](u64 k) { layer_forward(k + 1); });
+      } else {
+        sink.repeat(rest, layer_forward);
+      }
+      if (returned >= 0) sink.free(returned);
       // tensors the decoder stack shares (the eager causal mask) die when it returns
       for (size_t i = 0; i < emb_l.size(); ++i)
         if (emb_l[i].dies_after == "decoder_end") sink.free(e.ids[i]), e.ids[i] = -1;
@@ -279,7 +365,7 @@ void run(Sink& sink, const StepSetup& s) {
         ListState& st = states[sink.slot(rest - 1 - k)];
         if (s.checkpointing) {
           const int input = st.ids[0];
-          st = forward(sink, layer, input, false, true);  // recomputation; its output is not kept
+          st = forward(sink, layer, input, false, true, true);  // recomputation; its output is not kept
           sink.free(st.out);
           st.ids[0] = input;
         }
@@ -377,14 +463,16 @@ bool runtime_modelled(const Runtime& rt) {
 }  // namespace
 
 StepLists step_lists(const StepSetup& s) {
-  StepLists l{embedding(s.layer), {}, decoder_layer(s.layer), head_and_loss(s.layer), false};
+  StepLists l{s.lists->embedding(s.layer), {}, s.lists->layer(s.layer), s.lists->head(s.layer), false};
   // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
   // backward accumulates into it in place
-  if (s.tied_embeddings) l.embedding.back().weight = kNone;
+  if (s.tied_embeddings)
+    for (TensorOp& t : l.embedding)
+      if (t.name == "embed.out") t.weight = kNone;
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
   l.first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
-  if (l.first_differs) l.first_layer = l.layer, edit_input_needs_no_grad(l.first_layer);
+  if (l.first_differs) l.first_layer = l.layer, s.lists->input_needs_no_grad(l.first_layer);
   return l;
 }
 
@@ -397,22 +485,87 @@ std::vector<ListTable> tensor_tables(const StepSetup& s) {
   return t;
 }
 
+namespace {
+
+/// The families the lists describe: a model family's lists, and what its setup needs beyond the
+/// Llama fields (nullptr: nothing).
+struct FamilyRow {
+  std::string_view family;
+  const FamilyLists* lists;
+  void (*complete)(const Request&, StepSetup&);
+  bool all_linear_lora_only;  ///< LoRA only on every Linear (the lists name no q/v-only variant)
+  bool hidden_dropout = false;  ///< the lists model residual and embedding dropout (p > 0)
+  /// LoRA under checkpointing is described (false: the backward of a checkpointed LoRA layer piles up
+  /// more than the gradient chain of the lists holds)
+  bool lora_checkpointed = true;
+  bool attention_dropout = false;  ///< the lists model attention dropout (p > 0)
+  /// layer groups that differ only in their attention window are one list (GPT-Neo's local layers
+  /// read another causal bias buffer; their tensors are the global layers')
+  bool windows_alike = false;
+};
+
+/// Every layer group has the first one's tensors (they may differ in the attention window only).
+bool groups_alike(const ModelSpec& m) {
+  for (const LayerGroup& g : m.groups) {
+    const LayerGroup& f = m.groups.front();
+    if (g.mlp_intermediate != f.mlp_intermediate || g.moe || g.linears.size() != f.linears.size() ||
+        g.other_params != f.other_params)
+      return false;
+  }
+  return true;
+}
+
+constexpr FamilyRow kFamilies[] = {
+    {"llama", &kLlamaLists, nullptr, false},
+    {"mistral", &kLlamaLists, nullptr, false},
+    {"qwen2", &kLlamaLists, nullptr, false},
+    {"gpt_neox", &kGptNeoxLists, &complete_layernorm_setup, true},
+    {"falcon", &kFalconLists, &complete_falcon_setup, true},
+    {"phi", &kPhiLists, &complete_layernorm_setup, true, true},
+    {"starcoder2", &kStarcoder2Lists, &complete_layernorm_setup, true, true},
+    {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
+    {"gpt2", &kGpt2Lists, &complete_layernorm_setup, true, true, true, true},
+    {"bloom", &kBloomLists, &complete_layernorm_setup, true, true},
+    // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B)
+    {"gptj", &kGptjLists, &complete_gptj_setup, true},
+    {"gpt_neo", &kGptNeoLists, &complete_layernorm_setup, true, true, true, true, true},
+    // BioGPT + LoRA + checkpointing: the OPT-like layer's backward misses as OPT's does (-3.2 %)
+    {"biogpt", &kBioGptLists, &complete_layernorm_setup, true, true, false, true},
+    {"gpt_bigcode", &kGptBigCodeLists, &complete_layernorm_setup, true, true, true, true},
+    // OPT + LoRA + checkpointing: the recorded trace of opt/lora/fp32/gc/eager peaks in fc2's
+    // backward with four [T, i] tensors (relu's output, the adapter's and the frozen base's input
+    // gradients, their out-of-place sum); the lists' gradient chain holds three (-4.4 %)
+    {"opt", &kOptLists, &complete_layernorm_setup, true, true, false},
+};
+
+const FamilyRow* family_row(const std::string& family) {
+  for (const FamilyRow& f : kFamilies)
+    if (f.family == family) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
 std::optional<StepSetup> step_setup(const Request& r) {
   const ModelSpec& m = r.model;
-  const bool family = m.family == "llama" || m.family == "mistral" || m.family == "qwen2";
+  const FamilyRow* row = family_row(m.family);
+  const bool family = row != nullptr;
   const bool precision = r.precision == Precision::Fp32 || r.precision == Precision::Bf16 ||
                          r.precision == Precision::Fp16;
   const bool task = r.task == Task::Full || r.task == Task::Lora;
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
-  if (!family || !precision || !task || !single || !optimizer || m.groups.size() != 1 ||
+  const bool one_list = m.groups.size() == 1 || (family && row->windows_alike && groups_alike(m));
+  if (!family || !precision || !task || !single || !optimizer || !one_list ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
-      m.attention_dropout > 0 || m.hidden_dropout > 0)
+      (m.attention_dropout > 0 && !row->attention_dropout) ||
+      ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
     return std::nullopt;
   const bool qv = !r.lora.all_linear && r.lora.targets.size() == 2 &&
                   std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(),
                                       std::vector<std::string>{"q_proj", "v_proj"}.begin());
-  if (r.task == Task::Lora && !r.lora.all_linear && !qv) return std::nullopt;
+  if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
+  if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
   const LayerGroup& g = m.groups.front();
   StepSetup s;
   s.layer.half = r.precision != Precision::Fp32;
@@ -433,6 +586,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
+  s.lists = row->lists;
+  if (row->complete) row->complete(r, s);
   return s;
 }
 

@@ -23,6 +23,12 @@ namespace memfit::sched {
 
 enum class StepOptimizer { AdamWForeach, AdamWFused };
 
+/// One parameter tensor (bytes) and whether the optimizer trains it.
+struct ParamTensor {
+  u64 bytes = 0;
+  bool trained = false;
+};
+
 /// Everything the pass needs, resolved from a Request.
 struct StepSetup {
   LayerSetup layer;
@@ -39,10 +45,15 @@ struct StepSetup {
   /// CUDA: buffers the first matmul allocates through the caching allocator and keeps (the
   /// cuBLAS and cuBLASLt workspaces); step_setup leaves it empty, the estimator fills it.
   std::vector<u64> workspaces;
+  const FamilyLists* lists = &kLlamaLists;  ///< the family's lists (step_setup's family table)
+  /// Parameter tensors in module order: of one decoder layer (LoRA adapters after the layer's
+  /// own), and outside the layers. Empty: the Llama layout computed from the dims.
+  std::vector<ParamTensor> layer_weights, outer_weights;
 };
 
-/// The setups the lists describe: llama / mistral / qwen2, fp32 or bf16/fp16 (no autocast),
-/// full or LoRA, eager or SDPA, single GPU, AdamW. nullopt for anything else.
+/// The setups the lists describe: llama / mistral / qwen2 and the LayerNorm families of
+/// layer_ops_layernorm.hpp, fp32 or bf16/fp16 (no autocast), full or LoRA, eager or SDPA,
+/// single GPU, AdamW. nullopt for anything else.
 [[nodiscard]] std::optional<StepSetup> step_setup(const Request& r);
 
 /// The lists one step runs through: the embedding (rotary tables, masks, the embedding output),
