@@ -10,6 +10,8 @@
 //  [F] aten _scaled_dot_product_flash_attention (CPU): saves q, k, v, output and logsumexp
 #include "layer_ops.hpp"
 
+#include "layer_ops_rms.hpp"
+
 #include <algorithm>
 
 namespace memfit::sched {
@@ -120,6 +122,7 @@ OpList decoder_layer(const LayerSetup& s) {
   if (s.eager) edit_eager_attention(l, s.gqa);
   else if (s.window_mask) edit_window_mask(l);
   if (s.half) edit_half_precision(l);
+  if (s.autocast) edit_autocast(l);
   if (!s.full) edit_lora(l, s.lora_all);
   return l;
 }
@@ -212,6 +215,8 @@ void edit_lora(OpList& l, bool all_linear) {
                                             "gate.lora_B", "up.lora_B", "down.lora_B"};
   static constexpr std::string_view kSum[] = {"q.lora_sum", "k.lora_sum", "v.lora_sum", "o.lora_sum",
                                               "gate.lora_sum", "up.lora_sum", "down.lora_sum"};
+  static constexpr std::string_view kScaled[] = {"q.lora_scaled", "k.lora_scaled", "v.lora_scaled", "o.lora_scaled",
+                                                 "gate.lora_scaled", "up.lora_scaled", "down.lora_scaled"};
   for (size_t k = 0; k < std::size(kOut); ++k) {
     const bool target = all_linear || k == 0 || k == 2;
     if (!target) continue;
@@ -222,25 +227,47 @@ void edit_lora(OpList& l, bool all_linear) {
     it->name = kBase[k];
     it->saved = false;
     it->dies_after = half ? kSum[k] : kOut[k];
+    it->weight = kNone;
     OpList e;
     // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
-    // (its backward casts the fp32 gradient back to the input's dtype)
+    // (its backward casts the fp32 gradient back to the input's dtype); dropout(p=0) is an Identity
     if (half) e.push_back({kIn[k], "_to_copy", in, Dt::F32, true, {}, in});
     // lora_A saves its input [D]; its [T, r] output is kept by lora_B; the gradients are in the
     // adapter dtype
     e.push_back({kA[k], "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in,
                  shape(in.f[1], Sym::R), Dt::Adapter, Dt::Adapter});
-    // lora_B's output, scaled (mul saves nothing: the scale is a number [D]), dies at the sum
-    e.push_back({kB[k], "linear", out, Dt::Adapter, false, half ? kSum[k] : kOut[k], shape(Sym::T, Sym::R),
+    // lora_B's output dies once scaled; `* scaling` (a Python number) saves nothing and its
+    // backward scales the gradient into a new tensor [D: mul]
+    e.push_back({kB[k], "linear", out, Dt::Adapter, false, {}, shape(Sym::T, Sym::R),
                  shape(Sym::R, out.f[1]), Dt::Adapter, Dt::Adapter});
-    // result + adapter: fp32 when the base output is half (type promotion), then cast back [P]
-    if (half) e.push_back({kSum[k], "add", out, Dt::F32, false, {}, out});
+    e.push_back({kScaled[k], "mul", out, Dt::Adapter, false, half ? kSum[k] : kOut[k], out, kNone, Dt::Model,
+                 Dt::Adapter});
+    // result + adapter [P]: add hands its gradient to both operands [D]; the frozen base Linear's
+    // backward runs on it beside the adapter's chain, and the two input gradients are summed.
+    // A half base output beside the fp32 adapter: the sum is fp32 (type promotion), cast back [P]
+    // (autograd casts the gradient the half operand gets)
+    if (half) e.push_back({kSum[k], "add", out, Dt::F32, false, {}, kNone, kNone, Dt::Model, Dt::Model, kBase[k]});
     result.op = half ? "_to_copy" : "add";
     result.weight = kNone;
-    result.grad_input = out;
+    result.grad_input = half ? out : kNone;
+    result.grad_dtype = Dt::F32;
+    result.residual_of = half ? std::string_view{} : kBase[k];
     e.push_back(result);
     auto where = position(l, kBase[k]) + 1;
     l.insert(where, e.begin(), e.end());
+  }
+  // fp32: the frozen Linear keeps nothing, so its input is released by the first adapter that
+  // keeps it (the earliest in the list, whose backward runs last) [D]
+  if (!half) {
+    struct Input {
+      std::string_view tensor, first_adapter_all, first_adapter_qv;
+    };
+    for (const Input& in : {Input{"norm1.out", "q.lora_A", "q.lora_A"}, Input{"attn.out", "o.lora_A", ""},
+                            Input{"norm2.out", "gate.lora_A", ""}, Input{"mlp.mul", "down.lora_A", ""}}) {
+      TensorOp* t = find_mut(l, in.tensor);
+      const std::string_view by = all_linear ? in.first_adapter_all : in.first_adapter_qv;
+      if (t && t->saved && !by.empty() && !(in.tensor == "attn.out" && t->op != "clone")) t->released_by = by;
+    }
   }
   // in half precision every adapter keeps its own fp32 cast, so nothing keeps the half input of a
   // Linear any more (the flash kernel still keeps its output, which o_proj reads) [P][D]
@@ -248,14 +275,14 @@ void edit_lora(OpList& l, bool all_linear) {
   struct Reader {
     std::string_view input, last_reader_all, last_reader_qv;
   };
-  for (const Reader& r : {Reader{"norm1.out", "v.lora_in", "v.lora_in"}, Reader{"norm2.out", "up.lora_in", "up_proj.base"},
-                          Reader{"mlp.mul", "down.lora_in", "down_proj.base"}}) {
+  for (const Reader& r : {Reader{"norm1.out", "v.lora_in", "v.lora_in"}, Reader{"norm2.out", "up.lora_in", "up_proj.out"},
+                          Reader{"mlp.mul", "down.lora_in", "down_proj.out"}}) {
     TensorOp* t = find_mut(l, r.input);
     t->saved = false;
     t->dies_after = all_linear ? r.last_reader_all : r.last_reader_qv;
   }
   if (TensorOp* o = find_mut(l, "attn.out"); o->op == "clone")
-    o->saved = false, o->dies_after = all_linear ? "o.lora_in" : "o_proj.base";
+    o->saved = false, o->dies_after = all_linear ? "o.lora_in" : "o_proj.out";
 }
 
 void edit_input_needs_no_grad(OpList& l) {
@@ -264,8 +291,9 @@ void edit_input_needs_no_grad(OpList& l) {
   const auto rope = position(l, "q.mul_cos");
   for (auto it = l.begin(); it != rope; ++it) {
     const std::string_view n = it->name;
-    const bool adapter_chain = n.ends_with("lora_B") || n.ends_with("lora_sum") || n.ends_with("_proj.out");
+    const bool adapter_chain = n.ends_with("lora_B") || n.ends_with("lora_scaled") || n.ends_with("_proj.out");
     if (!adapter_chain) it->grad_input = kNone;
+    it->residual_of = {};  // the frozen base Linear gets no gradient to pass on
     if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false, it->dies_after = {};
   }
   TensorOp* in = find_mut(l, "input");
@@ -303,8 +331,12 @@ OpList head_and_loss(const LayerSetup& s) {
     l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
   }
   if (!s.full) {
+    // a frozen norm and a frozen lm_head: mul and mm keep only what the weight gradient needs [D],
+    // so neither x_hat nor the norm's output is kept
     for (TensorOp& t : l) t.weight = kNone;
     find_mut(l, s.half ? "norm1.x_hat_half" : "norm1.x_hat")->saved = false;
+    find_mut(l, "norm1.out")->saved = false;
+    find_mut(l, "norm1.out")->dies_after = "logits";
   }
   // lm_head: linear saves its input (the frozen head of a LoRA run needs it for the input gradient
   // only, which needs the weight, not the input [D]) — kept by the model output either way
@@ -320,6 +352,7 @@ OpList head_and_loss(const LayerSetup& s) {
                shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
   // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
   l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+  if (s.autocast) edit_autocast(l);
   return l;
 }
 

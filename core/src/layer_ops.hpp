@@ -40,12 +40,16 @@ struct Shape {
 Shape shape(Sym a, Sym b = Sym::One, Sym c = Sym::One, Sym e = Sym::One);
 inline const Shape kNone{};
 
-/// Element type roles: the model's dtype, fp32 (upcasts), the LoRA adapters' dtype, int64.
-enum class Dt : std::uint8_t { Model, F32, Adapter, I64 };
+/// Element type roles: the model's dtype, fp32 (upcasts), the LoRA adapters' dtype, int64, and
+/// the half dtype autocast computes in.
+enum class Dt : std::uint8_t { Model, F32, Adapter, I64, Half };
 
 struct Dtypes {
   u64 model = 4, adapter = 4;
-  [[nodiscard]] u64 of(Dt d) const { return d == Dt::F32 ? 4 : d == Dt::I64 ? 8 : d == Dt::Model ? model : adapter; }
+  u64 half = 2;  ///< autocast's compute dtype (bf16 / fp16)
+  [[nodiscard]] u64 of(Dt d) const {
+    return d == Dt::F32 ? 4 : d == Dt::I64 ? 8 : d == Dt::Model ? model : d == Dt::Half ? half : adapter;
+  }
 };
 
 /// One tensor a forward op creates.
@@ -65,6 +69,10 @@ struct TensorOp {
   /// A residual add: its backward hands the incoming gradient unchanged to both operands; the
   /// skip part waits at this earlier entry, where autograd sums it with the branch's [D: add].
   std::string_view residual_of{};
+  /// A saved tensor is released when the backward of the op that saved it has run: this entry's
+  /// own when "" (the op right after it), else the named later entry (e.g. the input of a frozen
+  /// Linear, kept only by the LoRA adapter beside it, is released by lora_A's backward).
+  std::string_view released_by{};
 };
 
 using OpList = std::vector<TensorOp>;
@@ -79,6 +87,7 @@ struct LayerSetup {
   bool lora_qv = false;       ///< LoRA on q_proj and v_proj only
   bool window_mask = false;   ///< a sliding window shorter than the sequence: SDPA gets a per-layer mask
                               ///< and K/V repeated to every query head (CPU generic path)
+  bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
 };
 
 /// One decoder layer's forward, in op order. The last entry is the layer output.

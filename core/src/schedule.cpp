@@ -23,8 +23,10 @@ class Sink {
  public:
   Sink(bool record, bool round_512) : record_(record), round_(round_512) {}
 
-  int alloc(u64 bytes) {
+  /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging).
+  int alloc(u64 bytes, std::string_view what = "other") {
     if (bytes == 0) return -1;
+    if (record_) names_.emplace_back(what);
     const u64 b = round_ ? round_up(bytes, 512) : bytes;
     sizes_.push_back(b);
     live_ = add(live_, b);
@@ -57,11 +59,13 @@ class Sink {
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
   [[nodiscard]] u64 peak() const { return peak_; }
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
+  std::vector<std::string> take_names() { return std::move(names_); }
 
  private:
   bool record_, round_;
   std::vector<u64> sizes_;
   std::vector<std::int64_t> trace_;
+  std::vector<std::string> names_;
   u64 live_ = 0, peak_ = 0;
 };
 
@@ -73,8 +77,10 @@ struct Resolved {
   std::vector<u64> bytes, grad_bytes, weight_bytes;
   std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
   std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
+  std::vector<u64> cast_bytes;  ///< residual adds: the cast of the gradient the waiting operand gets (0: none)
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
+  std::vector<std::vector<size_t>> released_at;  ///< per entry: the saved tensors its backward releases
 };
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
@@ -92,6 +98,8 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     for (size_t j = 0; j < i && !t.residual_of.empty(); ++j)
       if (l[j].name == t.residual_of) skip = j;
     r.skip_to.push_back(skip);
+    const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
+    r.cast_bytes.push_back(cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0);
     size_t at = kKeep;
     if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
       at = i + 1;
@@ -102,6 +110,13 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
         }
     }
     r.dies_at.push_back(at == kKeep ? kKeep : std::min(at, l.size() - 1));
+  }
+  r.released_at.resize(l.size());
+  for (size_t j = 0; j < l.size(); ++j) {
+    size_t by = j;
+    for (size_t k = j + 1; k < l.size() && !l[j].released_by.empty(); ++k)
+      if (l[k].name == l[j].released_by) by = k;
+    r.released_at[by].push_back(j);
   }
   for (size_t j = 0; j < l.size(); ++j)
     if (r.dies_at[j] != kKeep) r.death_order.push_back(j);
@@ -125,7 +140,7 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   st.ids.assign(l.size(), -1);
   size_t next_death = 0;
   for (size_t i = 0; i < l.size(); ++i) {
-    st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i]);
+    st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i], l[i].name);
     for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
       const size_t j = r.death_order[next_death];
       if ((j != 0 || !keep_input) && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
@@ -157,13 +172,24 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
     return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
   };
   for (size_t i = l.size(); i-- > 0;) {
+    bool branch_done = false;
     for (size_t p = 0; p < pending.size(); ++p) {
       if (pending[p].target != i) continue;
       const int skip = pending[p].id;
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-      if (grad != skip && grad >= 0) {
-        const int sum = sink.alloc(r.sum_bytes[i]);  // branch + skip, summed by autograd
-        sink.free(skip);
+      if (r.grad_bytes[i] > 0 && grad >= 0) {
+        // an op on the waiting branch (the frozen base Linear beside a LoRA adapter): its backward
+        // runs on the waiting gradient, then autograd sums its input gradient with the chain's
+        const int own = sink.alloc(r.grad_bytes[i], "grad_in");
+        if (!held(skip)) sink.free(skip);  // a residual add further up may share it
+        const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
+        sink.free(own);
+        if (!held(grad)) sink.free(grad);
+        grad = sum;
+        branch_done = true;
+      } else if (grad != skip && grad >= 0) {
+        const int sum = sink.alloc(r.sum_bytes[i], "grad_sum");  // branch + skip, summed by autograd
+        if (!held(skip)) sink.free(skip);
         if (!held(grad)) sink.free(grad);
         grad = sum;
       } else {
@@ -171,17 +197,27 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
       }
       break;
     }
-    if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i]));
-    if (r.skip_to[i] != kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
-    if (r.grad_bytes[i] > 0) {
-      const int g = sink.alloc(r.grad_bytes[i]);
+    if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad"));
+    if (r.skip_to[i] != kKeep && grad >= 0) {
+      // the waiting operand has another dtype (a half base output beside an fp32 adapter sum):
+      // autograd hands it a cast of the gradient
+      const bool cast = r.cast_bytes[i] > 0;
+      pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
+    }
+    if (r.grad_bytes[i] > 0 && !branch_done) {
+      const int g = sink.alloc(r.grad_bytes[i], "grad_in");
       if (!held(grad)) sink.free(grad);
       grad = g;
     }
-    if (st.ids[i] >= 0) sink.free(st.ids[i]), st.ids[i] = -1;
+    for (size_t j : r.released_at[i])
+      if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
   }
-  for (const Pending& p : pending)
-    if (p.id != grad) sink.free(p.id);
+  for (size_t p = 0; p < pending.size(); ++p) {
+    const int id = pending[p].id;
+    const bool again = std::any_of(pending.begin() + static_cast<std::ptrdiff_t>(p) + 1, pending.end(),
+                                   [&](const Pending& q) { return q.id == id; });
+    if (id != grad && !again) sink.free(id);
+  }
   return grad;
 }
 
@@ -251,8 +287,8 @@ void run(Sink& sink, const StepSetup& s) {
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
-  for (const ParamTensor& t : op) sink.alloc(t.bytes);
-  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes); });
+  for (const ParamTensor& t : op) sink.alloc(t.bytes, "parameter");
+  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, "parameter"); });
   const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
   std::vector<ListState> states(rest);
   ListState state0;
@@ -260,7 +296,7 @@ void run(Sink& sink, const StepSetup& s) {
   std::vector<int> outer_grads, outer_state, grads0;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
-      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8));  // input_ids (labels: the same tensor)
+      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), "input_ids");  // input_ids (labels: the same tensor)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
       if (first_differs) {
@@ -308,14 +344,14 @@ void run(Sink& sink, const StepSetup& s) {
     };
     const std::vector<u64> tl = trained(lp), to = trained(op);
     if (step == 0) {
-      for (u64 b : to) outer_state.push_back(sink.alloc(b)), outer_state.push_back(sink.alloc(b));
-      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) sink.alloc(b), sink.alloc(b); });
+      for (u64 b : to) outer_state.push_back(sink.alloc(b, "optimizer_state")), outer_state.push_back(sink.alloc(b, "optimizer_state"));
+      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state"); });
     }
     if (s.optimizer == StepOptimizer::AdamWForeach) {
       std::vector<int> tmp;
-      for (u64 b : to) tmp.push_back(sink.alloc(b));
+      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
       std::vector<std::vector<int>> ltmp(s.layers);
-      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b)); });
+      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, "optimizer_temp")); });
       for (int t : tmp) sink.free(t);
       sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
     }
@@ -336,8 +372,9 @@ void run(Sink& sink, const StepSetup& s) {
 std::optional<StepSetup> step_setup(const Request& r) {
   const ModelSpec& m = r.model;
   const bool family = m.family == "llama" || m.family == "mistral" || m.family == "qwen2";
+  const bool amp = r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16;
   const bool precision = r.precision == Precision::Fp32 || r.precision == Precision::Bf16 ||
-                         r.precision == Precision::Fp16;
+                         r.precision == Precision::Fp16 || amp;
   const bool task = r.task == Task::Full || r.task == Task::Lora;
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
@@ -350,14 +387,18 @@ std::optional<StepSetup> step_setup(const Request& r) {
                                       std::vector<std::string>{"q_proj", "v_proj"}.begin());
   if (r.task == Task::Lora && !r.lora.all_linear && !qv) return std::nullopt;
   const LayerGroup& g = m.groups.front();
+  const bool window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
+  // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
+  if (amp && (r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask)) return std::nullopt;
   StepSetup s;
-  s.layer.half = r.precision != Precision::Fp32;
+  s.layer.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
   s.layer.eager = r.attention == AttentionImpl::Eager;
   s.layer.gqa = m.kv_heads < m.heads;
   s.layer.full = r.task == Task::Full;
   s.layer.lora_all = r.task == Task::Lora && r.lora.all_linear;
   s.layer.lora_qv = r.task == Task::Lora && qv;
-  s.layer.window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
+  s.layer.window_mask = window_mask;
+  s.layer.autocast = amp;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
             g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim};
   s.dtypes.model = s.layer.half ? 2 : 4;
@@ -372,9 +413,10 @@ std::optional<StepSetup> step_setup(const Request& r) {
   return s;
 }
 
-std::vector<std::int64_t> step_trace(const StepSetup& s) {
+std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names) {
   Sink sink(true, false);
   run(sink, s);
+  if (names) *names = sink.take_names();
   return sink.take_trace();
 }
 

@@ -43,7 +43,8 @@ struct StepSetup {
 [[nodiscard]] std::optional<StepSetup> step_setup(const Request& r);
 
 /// The whole run as the tracker records it: n > 0 allocates n bytes, -k - 1 frees allocation k.
-[[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s);
+/// `names`, if given, receives the name of each allocation (a list entry, "grad_in", "parameter", ...).
+[[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names = nullptr);
 
 /// Peak live bytes of the run, by the periodic shortcut.
 [[nodiscard]] u64 peak_allocated(const StepSetup& s);

@@ -1,0 +1,92 @@
+// Autocast and the RMSNorm families' edits of the Llama-like lists. Sources, cited per entry:
+//  [A] PyTorch aten/src/ATen/autocast_mode.cpp: on CPU and CUDA, linear / matmul /
+//      scaled_dot_product_attention run in the half dtype, their fp32 arguments cast per call;
+//      the cast of a leaf that requires grad (a trained weight) is cached for the autocast region
+//      (one copy per weight per forward), any other argument is cast again by every consumer
+//  [D] PyTorch tools/autograd/derivatives.yaml (mm saves the operand its partner's gradient needs)
+//  [L] transformers models/llama/modeling_llama.py (the rotary cos/sin follow the fp32 input's
+//      dtype, so q * cos promotes the half projection back to fp32)
+#include "layer_ops_rms.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace memfit::sched {
+
+namespace {
+
+TensorOp* entry(OpList& l, std::string_view name) {
+  auto it = std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
+  return it == l.end() ? nullptr : &*it;
+}
+
+OpList::iterator at(OpList& l, std::string_view name) {
+  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
+}
+
+/// A Linear under autocast and the tensor it reads: the input is cast when it is fp32.
+struct AutocastLinear {
+  std::string_view out, input, input_cast, weight_cast;
+};
+constexpr std::array<AutocastLinear, 8> kAutocastLinears{{
+    {"q_proj.out", "norm1.out", "q_proj.x_half", "q_proj.w_half"},
+    {"k_proj.out", "norm1.out", "k_proj.x_half", "k_proj.w_half"},
+    {"v_proj.out", "norm1.out", "v_proj.x_half", "v_proj.w_half"},
+    {"o_proj.out", "attn.out", "o_proj.x_half", "o_proj.w_half"},
+    {"gate_proj.out", "norm2.out", "gate_proj.x_half", "gate_proj.w_half"},
+    {"up_proj.out", "norm2.out", "up_proj.x_half", "up_proj.w_half"},
+    {"down_proj.out", "mlp.mul", "down_proj.x_half", "down_proj.w_half"},
+    {"logits", "norm1.out", "lm_head.x_half", "lm_head.w_half"},
+}};
+
+/// One Linear: its output and input gradient in the half dtype, the cached cast of its weight
+/// (kept by mm for the input gradient [D]) and, for an fp32 input, this consumer's own cast of it
+/// (kept by mm for the weight gradient [D]; its backward casts the gradient back to fp32).
+void autocast_linear(OpList& l, const AutocastLinear& a) {
+  TensorOp* lin = entry(l, a.out);
+  TensorOp* in = entry(l, a.input);
+  if (!lin || !in) return;
+  const Shape w = lin->weight, x = lin->grad_input;
+  const bool cast_input = in->dtype != Dt::Half;
+  lin->dtype = Dt::Half;
+  lin->grad_dtype = Dt::Half;
+  auto pos = at(l, a.out);
+  if (!w.empty) pos = l.insert(pos, {a.weight_cast, "_to_copy", w, Dt::Half, true, {}, kNone}) + 1;
+  if (!cast_input) return;
+  l.insert(pos, {a.input_cast, "_to_copy", x, Dt::Half, !w.empty, a.out, x});
+  // the fp32 input is read only by the casts now: it dies after the last one
+  in = entry(l, a.input);
+  in->saved = false;
+  in->dies_after = a.input_cast;
+}
+
+}  // namespace
+
+void edit_autocast(OpList& l) {
+  for (const AutocastLinear& a : kAutocastLinears) autocast_linear(l, a);
+  // rotary: the half projection times the fp32 cos/sin is fp32 again [L]; SDPA casts q and k to
+  // the half dtype and keeps the casts, v is half already [A]
+  for (std::string_view n : {"q.mul_cos", "q.mul_sin", "q.rot", "k.mul_cos", "k.mul_sin", "k.rot"})
+    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Model;
+  for (std::string_view n : {"q.rotate_half", "k.rotate_half"})
+    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Half;
+  if (TensorOp* o = entry(l, "attn.out"); o && o->op != "clone") {
+    o->dtype = Dt::Half;
+    o->grad_dtype = Dt::Half;
+    auto pos = at(l, "attn.out");
+    pos = l.insert(pos, {"attn.q_half", "_to_copy", entry(l, "q.rot")->shape, Dt::Half, true, {}, entry(l, "q.rot")->shape});
+    l.insert(pos + 1, {"attn.k_half", "_to_copy", entry(l, "k.rot")->shape, Dt::Half, true, {}, entry(l, "k.rot")->shape});
+    for (std::string_view n : {"q.rot", "k.rot"}) {
+      TensorOp* t = entry(l, n);
+      t->saved = false;
+      t->dies_after = n == "q.rot" ? "attn.q_half" : "attn.k_half";
+    }
+  }
+  for (std::string_view n : {"mlp.act", "mlp.mul"})
+    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Half, t->grad_dtype = Dt::Half;
+  // the logits: ForCausalLMLoss's .float() is a real copy of the half logits
+  if (TensorOp* lg = entry(l, "logits"); lg && !entry(l, "loss.logits_fp32"))
+    l.insert(at(l, "loss.labels"), {"loss.logits_fp32", "_to_copy", lg->shape, Dt::F32, false, {}, lg->shape});
+}
+
+}  // namespace memfit::sched

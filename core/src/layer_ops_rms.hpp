@@ -1,0 +1,13 @@
+// Edits of the Llama-like lists (layer_ops.hpp) for autocast and for the RMSNorm families beyond
+// llama / mistral / qwen2. Each function edits a list in place, as data: it adds, drops or
+// changes entries; schedule.cpp picks the edits of a family through one table.
+#pragma once
+
+#include "layer_ops.hpp"
+
+namespace memfit::sched {
+
+/// torch.autocast over fp32 weights (the decoder layer or the head list, SDPA, full fine-tuning).
+void edit_autocast(OpList& l);
+
+}  // namespace memfit::sched
