@@ -30,6 +30,7 @@ u64 Dims::of(Sym x) const {
     case Sym::V: return v;
     case Sym::R: return r;
     case Sym::HeadDim: return head_dim;
+    case Sym::KvHeads: return kv_heads;
   }
   return 1;
 }
@@ -119,6 +120,7 @@ OpList decoder_layer(const LayerSetup& s) {
   l.push_back({"down_proj.out", "linear", TH, Dt::Model, false, "mlp.residual", TI, shape(Sym::I, Sym::H)});
   l.push_back({"mlp.residual", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
                "attn.residual"});
+  if (s.family && s.family->layer) s.family->layer(l, s);
   if (s.eager) edit_eager_attention(l, s.gqa);
   else if (s.window_mask) edit_window_mask(l);
   if (s.half) edit_half_precision(l);
@@ -291,8 +293,10 @@ void edit_input_needs_no_grad(OpList& l) {
   const auto rope = position(l, "q.mul_cos");
   for (auto it = l.begin(); it != rope; ++it) {
     const std::string_view n = it->name;
-    const bool adapter_chain = n.ends_with("lora_B") || n.ends_with("lora_scaled") || n.ends_with("_proj.out");
-    if (!adapter_chain) it->grad_input = kNone;
+    // what reads only the norm's output (the frozen bases, lora_A and its cast) passes no gradient on
+    const bool reads_input = n.starts_with("norm1.") || n.ends_with("_proj.base") || n.ends_with("lora_A") ||
+                             n.ends_with("lora_in") || n == "input";
+    if (reads_input) it->grad_input = kNone;
     it->residual_of = {};  // the frozen base Linear gets no gradient to pass on
     if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false, it->dies_after = {};
   }
@@ -303,7 +307,6 @@ void edit_input_needs_no_grad(OpList& l) {
 }
 
 OpList embedding(const LayerSetup& s) {
-  (void)s;
   OpList l;
   // LlamaRotaryEmbedding [L]: cos and sin [b, s, head_dim] in the model dtype, used by every layer
   // (kept by every layer's rotary muls until the backward is over); position_ids is one row
@@ -317,6 +320,7 @@ OpList embedding(const LayerSetup& s) {
   // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the last
   // entry of a list is what it hands on)
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+  if (s.family && s.family->embedding) s.family->embedding(l, s);
   return l;
 }
 
@@ -352,6 +356,7 @@ OpList head_and_loss(const LayerSetup& s) {
                shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
   // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
   l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+  if (s.family && s.family->head) s.family->head(l, s);
   if (s.autocast) edit_autocast(l);
   return l;
 }

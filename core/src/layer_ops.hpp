@@ -23,11 +23,12 @@
 namespace memfit::sched {
 
 /// Symbolic dimensions. T = tokens of a micro-batch (b x s).
-enum class Sym : std::uint8_t { One, T, B, S, H, Q, KV, I, A, V, R, HeadDim };
+enum class Sym : std::uint8_t { One, T, B, S, H, Q, KV, I, A, V, R, HeadDim, KvHeads };
 
 /// The sizes the symbols take for one request (per rank).
 struct Dims {
   u64 b = 0, s = 0, h = 0, q = 0, kv = 0, i = 0, a = 0, v = 0, r = 0, head_dim = 0;
+  u64 kv_heads = 0;
   [[nodiscard]] u64 of(Sym x) const;
 };
 
@@ -77,6 +78,16 @@ struct TensorOp {
 
 using OpList = std::vector<TensorOp>;
 
+struct LayerSetup;
+/// A family's edits of the Llama-like lists (layer_ops_rms.cpp, ...), applied to the base lists
+/// before the precision, kernel and task edits; nullptr = no edit.
+using ListEdit = void (*)(OpList&, const LayerSetup&);
+struct FamilyEdits {
+  ListEdit layer = nullptr, embedding = nullptr, head = nullptr;
+  /// Parameter tensors of one layer beyond the Llama ones (q/k norms, extra norms): elements each.
+  std::vector<u64> (*extra_layer_params)(const Dims&) = nullptr;
+};
+
 /// The choices that edit the lists.
 struct LayerSetup {
   bool half = false;          ///< bf16/fp16 weights (no autocast)
@@ -88,6 +99,7 @@ struct LayerSetup {
   bool window_mask = false;   ///< a sliding window shorter than the sequence: SDPA gets a per-layer mask
                               ///< and K/V repeated to every query head (CPU generic path)
   bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
+  const FamilyEdits* family = nullptr;  ///< the family's edits (schedule.cpp's table); nullptr: Llama
 };
 
 /// One decoder layer's forward, in op order. The last entry is the layer output.

@@ -6,6 +6,8 @@
 //  [D] PyTorch tools/autograd/derivatives.yaml (mm saves the operand its partner's gradient needs)
 //  [L] transformers models/llama/modeling_llama.py (the rotary cos/sin follow the fp32 input's
 //      dtype, so q * cos promotes the half projection back to fp32)
+//  [Q3] transformers models/qwen3/modeling_qwen3.py: q_norm(q_proj(x).view(..., head_dim)) and
+//      k_norm likewise, Qwen3RMSNorm = LlamaRMSNorm over head_dim
 #include "layer_ops_rms.hpp"
 
 #include <algorithm>
@@ -60,7 +62,41 @@ void autocast_linear(OpList& l, const AutocastLinear& a) {
   in->dies_after = a.input_cast;
 }
 
+/// An RMSNorm over each head of the output of `proj` (a [T, width] tensor of `rows` head rows),
+/// built as LlamaRMSNorm is [L][D]: in half precision the upcast is what pow keeps; a trained
+/// weight keeps x_hat (its half cast in half precision); the normed heads take the projection's
+/// place as the rotary's input.
+void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const std::array<std::string_view, 7>& n,
+                   Shape width, Shape rows) {
+  TensorOp* p = entry(l, proj);
+  const std::string_view reader_end = p->dies_after;
+  p->saved = !s.half;  // fp32: pow keeps its input
+  p->dies_after = s.half ? n[0] : std::string_view{};
+  OpList e;
+  if (s.half) e.push_back({n[0], "_to_copy", width, Dt::F32, true, {}, width});
+  e.push_back({n[1], "pow", width, Dt::F32, false, {}, kNone});
+  e.push_back({n[2], "mean", rows, Dt::F32, false, {}, kNone});
+  e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
+  e.push_back({n[4], "mul", width, Dt::F32, s.full && !s.half, {}, width, kNone, Dt::Model, Dt::F32});
+  if (s.half) e.push_back({n[5], "_to_copy", width, Dt::Model, s.full, {}, width});
+  e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, shape(Sym::HeadDim)});
+  l.insert(at(l, proj) + 1, e.begin(), e.end());
+}
+
+void qwen3_layer(OpList& l, const LayerSetup& s) {
+  head_rms_norm(l, s, "q_proj.out",
+                {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.x_hat_half", "q_norm.out"},
+                shape(Sym::T, Sym::Q), shape(Sym::T, Sym::A));
+  head_rms_norm(l, s, "k_proj.out",
+                {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.x_hat_half", "k_norm.out"},
+                shape(Sym::T, Sym::KV), shape(Sym::T, Sym::KvHeads));
+}
+
+std::vector<u64> qwen3_params(const Dims& d) { return {d.head_dim, d.head_dim}; }
+
 }  // namespace
+
+const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr, qwen3_params};
 
 void edit_autocast(OpList& l) {
   for (const AutocastLinear& a : kAutocastLinears) autocast_linear(l, a);

@@ -10,4 +10,7 @@ namespace memfit::sched {
 /// torch.autocast over fp32 weights (the decoder layer or the head list, SDPA, full fine-tuning).
 void edit_autocast(OpList& l);
 
+/// Qwen3 (and Qwen3-MoE's attention): RMSNorm over each head of q and k before the rotary.
+extern const FamilyEdits kQwen3Edits;
+
 }  // namespace memfit::sched

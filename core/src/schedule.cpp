@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <functional>
 
+#include "layer_ops_rms.hpp"
 #include "memfit/model.hpp"
 
 namespace memfit::sched {
@@ -245,6 +246,8 @@ std::vector<ParamTensor> layer_params(const StepSetup& s) {
   w(mul(d.h, d.i));
   w(mul(d.h, d.i));
   w(mul(d.i, d.h));
+  if (s.layer.family && s.layer.family->extra_layer_params)
+    for (u64 e : s.layer.family->extra_layer_params(d)) w(e);
   if (!full) {
     // LoRA A [r, in] and B [out, r] per target, in the adapter dtype (PEFT)
     auto lora = [&](u64 in, u64 out) {
@@ -369,9 +372,34 @@ void run(Sink& sink, const StepSetup& s) {
 
 }  // namespace
 
+namespace {
+
+/// The one table from a model family to its lists: the Llama-like base lists plus the family's
+/// edits (layer_ops_*.cpp), and whether the autocast edit covers it.
+struct FamilyRow {
+  std::string_view family;
+  const FamilyEdits* edits;
+  bool autocast;
+};
+constexpr FamilyRow kFamilies[] = {
+    {"llama", nullptr, true},
+    {"mistral", nullptr, true},
+    {"qwen2", nullptr, true},
+    {"qwen3", &kQwen3Edits, false},
+};
+
+const FamilyRow* family_row(std::string_view f) {
+  for (const FamilyRow& row : kFamilies)
+    if (row.family == f) return &row;
+  return nullptr;
+}
+
+}  // namespace
+
 std::optional<StepSetup> step_setup(const Request& r) {
   const ModelSpec& m = r.model;
-  const bool family = m.family == "llama" || m.family == "mistral" || m.family == "qwen2";
+  const FamilyRow* row = family_row(m.family);
+  const bool family = row != nullptr;
   const bool amp = r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16;
   const bool precision = r.precision == Precision::Fp32 || r.precision == Precision::Bf16 ||
                          r.precision == Precision::Fp16 || amp;
@@ -389,7 +417,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const LayerGroup& g = m.groups.front();
   const bool window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
-  if (amp && (r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask)) return std::nullopt;
+  if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
+    return std::nullopt;
   StepSetup s;
   s.layer.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
   s.layer.eager = r.attention == AttentionImpl::Eager;
@@ -399,8 +428,9 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.lora_qv = r.task == Task::Lora && qv;
   s.layer.window_mask = window_mask;
   s.layer.autocast = amp;
+  s.layer.family = row->edits;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
-            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim};
+            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads};
   s.dtypes.model = s.layer.half ? 2 : 4;
   s.dtypes.adapter = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   s.layers = m.layers;
