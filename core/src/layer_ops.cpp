@@ -31,6 +31,8 @@ u64 Dims::of(Sym x) const {
     case Sym::R: return r;
     case Sym::HeadDim: return head_dim;
     case Sym::KvHeads: return kv_heads;
+    case Sym::QKV: return add(q, mul(2, kv));
+    case Sym::TwoI: return mul(2, i);
   }
   return 1;
 }
@@ -122,7 +124,7 @@ OpList decoder_layer(const LayerSetup& s) {
                "attn.residual"});
   if (s.family && s.family->layer) s.family->layer(l, s);
   if (s.eager) edit_eager_attention(l, s.gqa);
-  else if (s.window_mask) edit_window_mask(l);
+  else if (s.window_mask) edit_window_mask(l, s.gqa);
   if (s.half) edit_half_precision(l);
   if (s.autocast) edit_autocast(l);
   if (!s.full) edit_lora(l, s.lora_all);
@@ -161,8 +163,7 @@ void edit_eager_attention(OpList& l, bool gqa) {
   if (gqa) {
     find_mut(l, "k.rot")->saved = false;
     find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
-    find_mut(l, "v_proj.out")->saved = false;
-    find_mut(l, "v_proj.out")->dies_after = "attn.v_repeat";
+    if (TensorOp* v = find_mut(l, "v_proj.out")) v->saved = false, v->dies_after = "attn.v_repeat";
     e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
     e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
   }
@@ -176,115 +177,119 @@ void edit_eager_attention(OpList& l, bool gqa) {
   l.insert(at, e.begin(), e.end());
 }
 
-void edit_window_mask(OpList& l) {
+void edit_window_mask(OpList& l, bool gqa) {
   // a sliding window shorter than the sequence: the CPU SDPA path builds a [b, 1, s, s] float mask
-  // in every layer, and with a mask Transformers repeats K/V to every query head [S]
+  // in every layer, and with a mask Transformers repeats K/V to every query head [S] (repeat_kv
+  // returns K/V themselves when every head has its own)
   const auto at = position(l, "attn.out");
   OpList e;
   e.push_back({"attn.mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
-  e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
-  e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
-  find_mut(l, "k.rot")->saved = false;
-  find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
-  find_mut(l, "v_proj.out")->saved = false;
-  find_mut(l, "v_proj.out")->dies_after = "attn.v_repeat";
+  if (gqa) {
+    e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+    e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+    find_mut(l, "k.rot")->saved = false;
+    find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
+    if (TensorOp* v = find_mut(l, "v_proj.out")) v->saved = false, v->dies_after = "attn.v_repeat";
+  }
   l.insert(at, e.begin(), e.end());
 }
+
+namespace {
+
+/// A Linear LoRA can adapt: its output entry, the tensor it reads, and the adapter's entries.
+struct LoraTarget {
+  std::string_view out, input, base, in, a, b, sum, scaled;
+  bool qv;  ///< adapted under LoRA on q_proj and v_proj only
+};
+constexpr LoraTarget kLoraTargets[] = {
+    {"q_proj.out", "norm1.out", "q_proj.base", "q.lora_in", "q.lora_A", "q.lora_B", "q.lora_sum", "q.lora_scaled", true},
+    {"k_proj.out", "norm1.out", "k_proj.base", "k.lora_in", "k.lora_A", "k.lora_B", "k.lora_sum", "k.lora_scaled", false},
+    {"v_proj.out", "norm1.out", "v_proj.base", "v.lora_in", "v.lora_A", "v.lora_B", "v.lora_sum", "v.lora_scaled", true},
+    {"qkv_proj.out", "norm1.out", "qkv_proj.base", "qkv.lora_in", "qkv.lora_A", "qkv.lora_B", "qkv.lora_sum",
+     "qkv.lora_scaled", false},
+    {"o_proj.out", "attn.out", "o_proj.base", "o.lora_in", "o.lora_A", "o.lora_B", "o.lora_sum", "o.lora_scaled", false},
+    {"gate_proj.out", "norm2.out", "gate_proj.base", "gate.lora_in", "gate.lora_A", "gate.lora_B", "gate.lora_sum",
+     "gate.lora_scaled", false},
+    {"up_proj.out", "norm2.out", "up_proj.base", "up.lora_in", "up.lora_A", "up.lora_B", "up.lora_sum", "up.lora_scaled",
+     false},
+    {"gate_up_proj.out", "norm2.out", "gate_up_proj.base", "gate_up.lora_in", "gate_up.lora_A", "gate_up.lora_B",
+     "gate_up.lora_sum", "gate_up.lora_scaled", false},
+    {"down_proj.out", "mlp.mul", "down_proj.base", "down.lora_in", "down.lora_A", "down.lora_B", "down.lora_sum",
+     "down.lora_scaled", false},
+};
+
+/// PEFT's lora.Linear around one frozen Linear [P].
+void add_adapter(OpList& l, const LoraTarget& k, bool half) {
+  auto it = position(l, k.out);
+  TensorOp result = *it;  // what the consumers read keeps the base output's name and lifetime
+  const Shape out = it->shape, in = it->grad_input;
+  // the frozen base product: dies once the adapter's output is added
+  it->name = k.base;
+  it->saved = false;
+  it->dies_after = half ? k.sum : k.out;
+  it->weight = kNone;
+  OpList e;
+  // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
+  // (its backward casts the fp32 gradient back to the input's dtype); dropout(p=0) is an Identity
+  if (half) e.push_back({k.in, "_to_copy", in, Dt::F32, true, {}, in});
+  // lora_A saves its input [D]; its [T, r] output is kept by lora_B; the gradients are in the
+  // adapter dtype
+  e.push_back({k.a, "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in, shape(in.f[1], Sym::R), Dt::Adapter,
+               Dt::Adapter});
+  // lora_B's output dies once scaled; `* scaling` (a Python number) saves nothing and its
+  // backward scales the gradient into a new tensor [D: mul]
+  e.push_back({k.b, "linear", out, Dt::Adapter, false, {}, shape(Sym::T, Sym::R), shape(Sym::R, out.f[1]), Dt::Adapter,
+               Dt::Adapter});
+  e.push_back({k.scaled, "mul", out, Dt::Adapter, false, half ? k.sum : k.out, out, kNone, Dt::Model, Dt::Adapter});
+  // result + adapter [P]: add hands its gradient to both operands [D]; the frozen base Linear's
+  // backward runs on it beside the adapter's chain, and the two input gradients are summed.
+  // A half base output beside the fp32 adapter: the sum is fp32 (type promotion), cast back [P]
+  // (autograd casts the gradient the half operand gets)
+  if (half) e.push_back({k.sum, "add", out, Dt::F32, false, {}, kNone, kNone, Dt::Model, Dt::Model, k.base});
+  result.op = half ? "_to_copy" : "add";
+  result.weight = kNone;
+  result.grad_input = half ? out : kNone;
+  result.grad_dtype = Dt::F32;
+  result.residual_of = half ? std::string_view{} : k.base;
+  e.push_back(result);
+  l.insert(position(l, k.base) + 1, e.begin(), e.end());
+}
+
+/// Who keeps the input of the adapted Linears: a frozen Linear keeps nothing [D]; in fp32 the
+/// first adapter reading it keeps it (released by its lora_A's backward, the last to run); in
+/// half precision every adapter keeps its own fp32 cast, so the half input dies after its last
+/// reader (the flash kernel keeps its own output, which o_proj reads) [P][D].
+void adapter_inputs(OpList& l, bool all_linear, bool half) {
+  for (std::string_view x : {"norm1.out", "attn.out", "norm2.out", "mlp.mul"}) {
+    TensorOp* t = find_mut(l, x);
+    if (!t || (x == "attn.out" && t->op != "clone")) continue;
+    std::string_view first_adapter, last_reader;
+    for (const LoraTarget& k : kLoraTargets) {
+      if (k.input != x || !find_op(l, k.out)) continue;
+      const bool adapted = all_linear || k.qv;
+      if (adapted && first_adapter.empty()) first_adapter = k.a;
+      last_reader = adapted && half ? k.in : k.out;
+    }
+    if (first_adapter.empty() || half) {
+      t->saved = false;
+      t->dies_after = last_reader;
+    } else {
+      t->released_by = first_adapter;
+    }
+  }
+}
+
+}  // namespace
 
 void edit_lora(OpList& l, bool all_linear) {
   // frozen weights: no weight gradients; norms frozen, so x_hat is not kept [D]
   for (TensorOp& t : l) t.weight = kNone;
   for (std::string_view n : {"norm1.x_hat", "norm2.x_hat", "norm1.x_hat_half", "norm2.x_hat_half"})
     if (TensorOp* t = find_mut(l, n)) t->saved = false, t->dies_after = {};
-  // a frozen linear keeps nothing; its input stays only if an adapter reads it
-  if (!all_linear) {
-    find_mut(l, "norm2.out")->saved = false;
-    find_mut(l, "norm2.out")->dies_after = "up_proj.out";
-    find_mut(l, "mlp.mul")->saved = false;
-    find_mut(l, "mlp.mul")->dies_after = "down_proj.out";
-    if (TensorOp* o = find_mut(l, "attn.out"); o && o->op == "clone") o->saved = false, o->dies_after = "o_proj.out";
-  }
   const bool half = find_op(l, "norm1.upcast") != nullptr;
-  static constexpr std::string_view kOut[] = {"q_proj.out", "k_proj.out", "v_proj.out", "o_proj.out",
-                                              "gate_proj.out", "up_proj.out", "down_proj.out"};
-  static constexpr std::string_view kBase[] = {"q_proj.base", "k_proj.base", "v_proj.base", "o_proj.base",
-                                               "gate_proj.base", "up_proj.base", "down_proj.base"};
-  static constexpr std::string_view kIn[] = {"q.lora_in", "k.lora_in", "v.lora_in", "o.lora_in",
-                                             "gate.lora_in", "up.lora_in", "down.lora_in"};
-  static constexpr std::string_view kA[] = {"q.lora_A", "k.lora_A", "v.lora_A", "o.lora_A",
-                                            "gate.lora_A", "up.lora_A", "down.lora_A"};
-  static constexpr std::string_view kB[] = {"q.lora_B", "k.lora_B", "v.lora_B", "o.lora_B",
-                                            "gate.lora_B", "up.lora_B", "down.lora_B"};
-  static constexpr std::string_view kSum[] = {"q.lora_sum", "k.lora_sum", "v.lora_sum", "o.lora_sum",
-                                              "gate.lora_sum", "up.lora_sum", "down.lora_sum"};
-  static constexpr std::string_view kScaled[] = {"q.lora_scaled", "k.lora_scaled", "v.lora_scaled", "o.lora_scaled",
-                                                 "gate.lora_scaled", "up.lora_scaled", "down.lora_scaled"};
-  for (size_t k = 0; k < std::size(kOut); ++k) {
-    const bool target = all_linear || k == 0 || k == 2;
-    if (!target) continue;
-    auto it = position(l, kOut[k]);
-    TensorOp result = *it;  // what the consumers read keeps the base output's name and lifetime
-    const Shape out = it->shape, in = it->grad_input;
-    // the frozen base product: dies once the adapter's output is added
-    it->name = kBase[k];
-    it->saved = false;
-    it->dies_after = half ? kSum[k] : kOut[k];
-    it->weight = kNone;
-    OpList e;
-    // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
-    // (its backward casts the fp32 gradient back to the input's dtype); dropout(p=0) is an Identity
-    if (half) e.push_back({kIn[k], "_to_copy", in, Dt::F32, true, {}, in});
-    // lora_A saves its input [D]; its [T, r] output is kept by lora_B; the gradients are in the
-    // adapter dtype
-    e.push_back({kA[k], "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in,
-                 shape(in.f[1], Sym::R), Dt::Adapter, Dt::Adapter});
-    // lora_B's output dies once scaled; `* scaling` (a Python number) saves nothing and its
-    // backward scales the gradient into a new tensor [D: mul]
-    e.push_back({kB[k], "linear", out, Dt::Adapter, false, {}, shape(Sym::T, Sym::R),
-                 shape(Sym::R, out.f[1]), Dt::Adapter, Dt::Adapter});
-    e.push_back({kScaled[k], "mul", out, Dt::Adapter, false, half ? kSum[k] : kOut[k], out, kNone, Dt::Model,
-                 Dt::Adapter});
-    // result + adapter [P]: add hands its gradient to both operands [D]; the frozen base Linear's
-    // backward runs on it beside the adapter's chain, and the two input gradients are summed.
-    // A half base output beside the fp32 adapter: the sum is fp32 (type promotion), cast back [P]
-    // (autograd casts the gradient the half operand gets)
-    if (half) e.push_back({kSum[k], "add", out, Dt::F32, false, {}, kNone, kNone, Dt::Model, Dt::Model, kBase[k]});
-    result.op = half ? "_to_copy" : "add";
-    result.weight = kNone;
-    result.grad_input = half ? out : kNone;
-    result.grad_dtype = Dt::F32;
-    result.residual_of = half ? std::string_view{} : kBase[k];
-    e.push_back(result);
-    auto where = position(l, kBase[k]) + 1;
-    l.insert(where, e.begin(), e.end());
-  }
-  // fp32: the frozen Linear keeps nothing, so its input is released by the first adapter that
-  // keeps it (the earliest in the list, whose backward runs last) [D]
-  if (!half) {
-    struct Input {
-      std::string_view tensor, first_adapter_all, first_adapter_qv;
-    };
-    for (const Input& in : {Input{"norm1.out", "q.lora_A", "q.lora_A"}, Input{"attn.out", "o.lora_A", ""},
-                            Input{"norm2.out", "gate.lora_A", ""}, Input{"mlp.mul", "down.lora_A", ""}}) {
-      TensorOp* t = find_mut(l, in.tensor);
-      const std::string_view by = all_linear ? in.first_adapter_all : in.first_adapter_qv;
-      if (t && t->saved && !by.empty() && !(in.tensor == "attn.out" && t->op != "clone")) t->released_by = by;
-    }
-  }
-  // in half precision every adapter keeps its own fp32 cast, so nothing keeps the half input of a
-  // Linear any more (the flash kernel still keeps its output, which o_proj reads) [P][D]
-  if (!half) return;
-  struct Reader {
-    std::string_view input, last_reader_all, last_reader_qv;
-  };
-  for (const Reader& r : {Reader{"norm1.out", "v.lora_in", "v.lora_in"}, Reader{"norm2.out", "up.lora_in", "up_proj.out"},
-                          Reader{"mlp.mul", "down.lora_in", "down_proj.out"}}) {
-    TensorOp* t = find_mut(l, r.input);
-    t->saved = false;
-    t->dies_after = all_linear ? r.last_reader_all : r.last_reader_qv;
-  }
-  if (TensorOp* o = find_mut(l, "attn.out"); o->op == "clone")
-    o->saved = false, o->dies_after = all_linear ? "o.lora_in" : "o_proj.out";
+  adapter_inputs(l, all_linear, half);
+  for (const LoraTarget& k : kLoraTargets)
+    if ((all_linear || k.qv) && find_op(l, k.out)) add_adapter(l, k, half);
 }
 
 void edit_input_needs_no_grad(OpList& l) {

@@ -23,7 +23,9 @@
 namespace memfit::sched {
 
 /// Symbolic dimensions. T = tokens of a micro-batch (b x s).
-enum class Sym : std::uint8_t { One, T, B, S, H, Q, KV, I, A, V, R, HeadDim, KvHeads };
+enum class Sym : std::uint8_t { One, T, B, S, H, Q, KV, I, A, V, R, HeadDim, KvHeads,
+                                QKV,    ///< q + 2 kv: a fused qkv_proj's output (Phi-3)
+                                TwoI }; ///< 2 i: a fused gate_up_proj's output (Phi-3)
 
 /// The sizes the symbols take for one request (per rank).
 struct Dims {
@@ -84,8 +86,6 @@ struct LayerSetup;
 using ListEdit = void (*)(OpList&, const LayerSetup&);
 struct FamilyEdits {
   ListEdit layer = nullptr, embedding = nullptr, head = nullptr;
-  /// Parameter tensors of one layer beyond the Llama ones (q/k norms, extra norms): elements each.
-  std::vector<u64> (*extra_layer_params)(const Dims&) = nullptr;
 };
 
 /// The choices that edit the lists.
@@ -112,7 +112,7 @@ struct LayerSetup {
 /// The edits, exposed for tests and for families that need them.
 void edit_half_precision(OpList& l);
 void edit_eager_attention(OpList& l, bool gqa);
-void edit_window_mask(OpList& l);
+void edit_window_mask(OpList& l, bool gqa = true);
 void edit_lora(OpList& l, bool all_linear);
 /// The first layer of a LoRA run without checkpointing: its input (the frozen embedding's
 /// output) needs no gradient, so its norm records nothing and no gradient reaches its input.

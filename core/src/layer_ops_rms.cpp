@@ -8,6 +8,8 @@
 //      dtype, so q * cos promotes the half projection back to fp32)
 //  [Q3] transformers models/qwen3/modeling_qwen3.py: q_norm(q_proj(x).view(..., head_dim)) and
 //      k_norm likewise, Qwen3RMSNorm = LlamaRMSNorm over head_dim
+//  [P3] transformers models/phi3/modeling_phi3.py (Phi3Attention: qkv_proj sliced into q, k, v;
+//      apply_rotary_pos_emb: cat([rotated, pass-through]); Phi3MLP: gate_up_proj chunked)
 #include "layer_ops_rms.hpp"
 
 #include <algorithm>
@@ -92,11 +94,36 @@ void qwen3_layer(OpList& l, const LayerSetup& s) {
                 shape(Sym::T, Sym::KV), shape(Sym::T, Sym::KvHeads));
 }
 
-std::vector<u64> qwen3_params(const Dims& d) { return {d.head_dim, d.head_dim}; }
+/// Phi-3 [P3]: one qkv_proj whose output q, k, v are views of (v, kept by attention, keeps all of
+/// it); the rotary's sum is copied once more by the cat with the (empty) pass-through part; one
+/// gate_up_proj whose halves are chunked views (silu keeps the gate view, mul the up view).
+void phi3_layer(OpList& l, const LayerSetup& s) {
+  (void)s;
+  const Shape TH = shape(Sym::T, Sym::H);
+  *entry(l, "q_proj.out") = {"qkv_proj.out", "linear", shape(Sym::T, Sym::QKV), Dt::Model, true, {}, TH,
+                             shape(Sym::H, Sym::QKV)};
+  l.erase(at(l, "k_proj.out"));
+  l.erase(at(l, "v_proj.out"));
+  for (bool k : {false, true}) {
+    const std::string_view rot = k ? "k.rot" : "q.rot", sum = k ? "k.rot_sum" : "q.rot_sum";
+    TensorOp r = *entry(l, rot);
+    entry(l, k ? "k.mul_cos" : "q.mul_cos")->dies_after = sum;
+    TensorOp* t = entry(l, rot);
+    t->name = sum, t->saved = false, t->dies_after = rot;
+    r.op = "cat";
+    l.insert(at(l, sum) + 1, r);
+  }
+  l.erase(at(l, "gate_proj.out"));
+  *entry(l, "up_proj.out") = {"gate_up_proj.out", "linear", shape(Sym::T, Sym::TwoI), Dt::Model, true, {}, TH,
+                              shape(Sym::H, Sym::TwoI)};
+  // order of the forward: gate_up, then silu of its gate half, then the product
+  std::rotate(at(l, "mlp.act"), at(l, "gate_up_proj.out"), at(l, "gate_up_proj.out") + 1);
+}
 
 }  // namespace
 
-const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr, qwen3_params};
+const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
+const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr};
 
 void edit_autocast(OpList& l) {
   for (const AutocastLinear& a : kAutocastLinears) autocast_linear(l, a);

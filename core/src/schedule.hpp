@@ -36,6 +36,14 @@ struct StepSetup {
   u64 steps = 2;                 ///< the validator measures two steps (optimizer state appears in the first)
   u64 accumulation = 1;          ///< micro-batches per step
   bool round_512 = false;        ///< CUDA: every block is a multiple of 512 B
+  /// The Linears of one layer as the model file has them (in, out, bias, a LoRA target), from the
+  /// ModelSpec; empty: the Llama layout of `dims` (tests).
+  struct LayerLinear {
+    u64 in = 0, out = 0;
+    bool bias = false, adapted = false;
+  };
+  std::vector<LayerLinear> linears;
+  u64 norm_params = 0;           ///< norm weights of one layer (elements), with `linears`
 };
 
 /// The setups the lists describe: llama / mistral / qwen2, fp32 or bf16/fp16 (no autocast),
