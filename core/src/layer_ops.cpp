@@ -126,6 +126,7 @@ OpList decoder_layer(const LayerSetup& s) {
   if (s.eager) edit_eager_attention(l, s.gqa);
   else if (s.window_mask) edit_window_mask(l, s.gqa);
   if (s.half) edit_half_precision(l);
+  if (s.family && s.family->layer_after_precision) s.family->layer_after_precision(l, s);
   if (s.autocast) edit_autocast(l);
   if (!s.full) edit_lora(l, s.lora_all);
   return l;

@@ -86,6 +86,7 @@ struct LayerSetup;
 using ListEdit = void (*)(OpList&, const LayerSetup&);
 struct FamilyEdits {
   ListEdit layer = nullptr, embedding = nullptr, head = nullptr;
+  ListEdit layer_after_precision = nullptr;  ///< the decoder layer, after the half / autocast edits
 };
 
 /// The choices that edit the lists.

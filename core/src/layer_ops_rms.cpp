@@ -8,6 +8,8 @@
 //      dtype, so q * cos promotes the half projection back to fp32)
 //  [Q3] transformers models/qwen3/modeling_qwen3.py: q_norm(q_proj(x).view(..., head_dim)) and
 //      k_norm likewise, Qwen3RMSNorm = LlamaRMSNorm over head_dim
+//  [G] transformers models/gemma/modeling_gemma.py (GemmaRMSNorm, GemmaTextScaledWordEmbedding;
+//      GemmaMLP's gelu_pytorch_tanh keeps its input as silu does)
 //  [P3] transformers models/phi3/modeling_phi3.py (Phi3Attention: qkv_proj sliced into q, k, v;
 //      apply_rotary_pos_emb: cat([rotated, pass-through]); Phi3MLP: gate_up_proj chunked)
 #include "layer_ops_rms.hpp"
@@ -120,10 +122,65 @@ void phi3_layer(OpList& l, const LayerSetup& s) {
   std::rotate(at(l, "mlp.act"), at(l, "gate_up_proj.out"), at(l, "gate_up_proj.out") + 1);
 }
 
+/// GemmaRMSNorm [G]: (x_hat * (1 + weight)) in fp32, then cast to the input's dtype. A trained
+/// weight keeps the fp32 x_hat [D: mul]; in half precision the product is fp32 and its cast is the
+/// norm's output (Llama casts x_hat first and multiplies in half).
+void gemma_norms(OpList& l, const LayerSetup& s) {
+  if (!s.half) return;  // fp32: the same tensors as LlamaRMSNorm
+  for (std::string_view n : {"norm1", "norm2"}) {
+    const bool first = n == "norm1";
+    TensorOp* x_hat = entry(l, first ? "norm1.x_hat" : "norm2.x_hat");
+    TensorOp* prod = entry(l, first ? "norm1.x_hat_half" : "norm2.x_hat_half");
+    TensorOp* out = entry(l, first ? "norm1.out" : "norm2.out");
+    if (!x_hat || !prod || !out) continue;
+    x_hat->saved = s.full;
+    *prod = {first ? "norm1.scaled" : "norm2.scaled", "mul", prod->shape, Dt::F32, false, {}, prod->shape, kNone,
+             Dt::Model, Dt::F32};
+    out->op = "_to_copy";
+  }
+}
+
+/// GemmaTextScaledWordEmbedding [G]: the lookup times sqrt(hidden) is a second [T, h] tensor; the
+/// lookup dies with the product (mul by a constant keeps nothing that needs a gradient [D]).
+void gemma_embedding(OpList& l, const LayerSetup&) {
+  TensorOp* out = entry(l, "embed.out");
+  TensorOp lookup = *out;
+  lookup.name = "embed.lookup";
+  lookup.dies_after = {};
+  lookup.weight = kNone;
+  out->op = "mul";
+  out->grad_input = lookup.shape;
+  l.insert(at(l, "embed.out"), lookup);
+}
+
+void gemma_head(OpList& l, const LayerSetup& s) { gemma_norms(l, s); }
+
+/// Phi-3's attention inputs are views of qkv_proj's output or the cat's fresh [b, a, s, d] tensors:
+/// SDPA's output then comes in that layout and transpose(1, 2).contiguous() copies it (o_proj keeps
+/// the copy) [S]; eager's matmul copies the strided v view for bmm (and keeps the copy), after
+/// which nothing keeps qkv_proj's output. Measured layouts: peak_dump.py on phi3-tiny.
+void phi3_attention_layout(OpList& l, const LayerSetup& s) {
+  const Shape TQ = shape(Sym::T, Sym::Q), TKV = shape(Sym::T, Sym::KV);
+  if (s.eager) {
+    TensorOp* qkv = entry(l, "qkv_proj.out");
+    qkv->saved = false;
+    qkv->dies_after = "attn.v_contig";
+    l.insert(at(l, "attn.pv"), {"attn.v_contig", "clone", TKV, Dt::Model, true, {}, TKV});
+    return;
+  }
+  TensorOp* flash = entry(l, "attn.out");
+  TensorOp copy = *flash;
+  flash->name = "attn.flash";
+  copy.op = "clone";
+  l.insert(at(l, "attn.lse") + 1, copy);
+  (void)TQ;
+}
+
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
-const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr};
+const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
+const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};
 
 void edit_autocast(OpList& l) {
   for (const AutocastLinear& a : kAutocastLinears) autocast_linear(l, a);

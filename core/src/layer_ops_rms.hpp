@@ -14,5 +14,7 @@ void edit_autocast(OpList& l);
 extern const FamilyEdits kQwen3Edits;
 /// Phi-3: fused qkv_proj and gate_up_proj, the rotary's extra cat.
 extern const FamilyEdits kPhi3Edits;
+/// Gemma: (1 + w) RMSNorm in fp32, the scaled embedding.
+extern const FamilyEdits kGemmaEdits;
 
 }  // namespace memfit::sched

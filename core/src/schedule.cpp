@@ -393,18 +393,22 @@ void run(Sink& sink, const StepSetup& s) {
 namespace {
 
 /// The one table from a model family to its lists: the Llama-like base lists plus the family's
-/// edits (layer_ops_*.cpp), and whether the autocast edit covers it.
+/// edits (layer_ops_*.cpp), whether the autocast edit covers it, and whether LoRA with
+/// checkpointing in half precision is covered (its recomputed backward misses phi3-tiny by 3.9 %
+/// and gemma-tiny by 2.7 % on the CPU suite: left to the old engine until it is modelled).
 struct FamilyRow {
   std::string_view family;
   const FamilyEdits* edits;
   bool autocast;
+  bool lora_gc_half;
 };
 constexpr FamilyRow kFamilies[] = {
-    {"llama", nullptr, true},
-    {"mistral", nullptr, true},
-    {"qwen2", nullptr, true},
-    {"qwen3", &kQwen3Edits, false},
-    // {"phi3", &kPhi3Edits, false},  (not yet within 2 %)
+    {"llama", nullptr, true, true},
+    {"mistral", nullptr, true, true},
+    {"qwen2", nullptr, true, true},
+    {"qwen3", &kQwen3Edits, false, true},
+    {"phi3", &kPhi3Edits, false, false},
+    {"gemma", &kGemmaEdits, false, false},
 };
 
 const FamilyRow* family_row(std::string_view f) {
@@ -436,6 +440,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const LayerGroup& g = m.groups.front();
   const bool window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
+  if (!row->lora_gc_half && r.task == Task::Lora && r.gradient_checkpointing && r.precision != Precision::Fp32)
+    return std::nullopt;
   if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
     return std::nullopt;
   StepSetup s;
