@@ -10,6 +10,8 @@
 //      k_norm likewise, Qwen3RMSNorm = LlamaRMSNorm over head_dim
 //  [G] transformers models/gemma/modeling_gemma.py (GemmaRMSNorm, GemmaTextScaledWordEmbedding;
 //      GemmaMLP's gelu_pytorch_tanh keeps its input as silu does)
+//  [G2] transformers models/gemma2/modeling_gemma2.py (Gemma2DecoderLayer's four norms,
+//      eager_attention_forward's softcap, the final logit softcapping, the two decoder-wide masks)
 //  [P3] transformers models/phi3/modeling_phi3.py (Phi3Attention: qkv_proj sliced into q, k, v;
 //      apply_rotary_pos_emb: cat([rotated, pass-through]); Phi3MLP: gate_up_proj chunked)
 #include "layer_ops_rms.hpp"
@@ -176,9 +178,74 @@ void phi3_attention_layout(OpList& l, const LayerSetup& s) {
   (void)TQ;
 }
 
+/// A Gemma RMSNorm [G] on `x` (not on the residual stream: Gemma2's post-attention and
+/// post-feedforward norms), written as gemma_norms leaves norm1/norm2; its output dies after
+/// `reader`.
+void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::string_view reader,
+                    const std::array<std::string_view, 7>& n) {
+  const Shape TH = shape(Sym::T, Sym::H), T1 = shape(Sym::T);
+  TensorOp* in = entry(l, x);
+  in->saved = !s.half;  // fp32: pow keeps its input; half: the upcast is what it keeps
+  in->dies_after = s.half ? n[0] : std::string_view{};
+  OpList e;
+  if (s.half) e.push_back({n[0], "_to_copy", TH, Dt::F32, true, {}, TH});
+  e.push_back({n[1], "pow", TH, Dt::F32, false, {}, kNone});
+  e.push_back({n[2], "mean", T1, Dt::F32, false, {}, kNone});
+  e.push_back({n[3], "rsqrt", T1, Dt::F32, true, {}, kNone});
+  e.push_back({n[4], "mul", TH, Dt::F32, s.full, {}, TH, kNone, Dt::Model, Dt::F32});
+  if (s.half) e.push_back({n[5], "mul", TH, Dt::F32, false, {}, TH, kNone, Dt::Model, Dt::F32});
+  e.push_back({n[6], s.half ? "_to_copy" : "mul", TH, Dt::Model, false, reader, TH, shape(Sym::H)});
+  l.insert(at(l, x) + 1, e.begin(), e.end());
+}
+
+/// Gemma2 [G2]: norms after attention and after the MLP, before their residual adds.
+void gemma2_layer(OpList& l, const LayerSetup& s) {
+  gemma_rms_norm(l, s, "o_proj.out", "attn.residual",
+                 {"post_attn.upcast", "post_attn.pow", "post_attn.mean", "post_attn.rsqrt", "post_attn.x_hat",
+                  "post_attn.scaled", "post_attn.out"});
+  gemma_rms_norm(l, s, "down_proj.out", "mlp.residual",
+                 {"post_ff.upcast", "post_ff.pow", "post_ff.mean", "post_ff.rsqrt", "post_ff.x_hat", "post_ff.scaled",
+                  "post_ff.out"});
+}
+
+/// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
+void gemma2_softcap_scores(OpList& l, const LayerSetup& s) {
+  gemma_norms(l, s);
+  if (!entry(l, "attn.scores")) return;
+  const Shape ss = shape(Sym::B, Sym::A, Sym::S, Sym::S);
+  const TensorOp e[] = {{"attn.cap_div", "div", ss, Dt::Model, false, {}, ss},
+                        {"attn.cap_tanh", "tanh", ss, Dt::Model, true, {}, ss},
+                        {"attn.capped", "mul", ss, Dt::Model, false, {}, ss}};
+  l.insert(at(l, "attn.scores") + 1, std::begin(e), std::end(e));
+}
+
+/// Gemma2's embedding: the scaled lookup, and in eager attention a second decoder-wide mask (the
+/// sliding-window one beside the causal one) [G2].
+void gemma2_embedding(OpList& l, const LayerSetup& s) {
+  gemma_embedding(l, s);
+  if (s.eager)
+    l.insert(at(l, "embed.lookup"),
+             {"sliding_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+}
+
+/// Gemma2's head: the final norm, then the logits capped as the scores are [G2]; the capped
+/// logits are what the model output holds until the loss is computed.
+void gemma2_head(OpList& l, const LayerSetup& s) {
+  gemma_norms(l, s);
+  TensorOp* logits = entry(l, "logits");
+  const Shape tv = logits->shape;
+  const std::string_view held = logits->dies_after;
+  logits->dies_after = {};
+  const TensorOp e[] = {{"logits.cap_div", "div", tv, Dt::Model, false, {}, tv},
+                        {"logits.cap_tanh", "tanh", tv, Dt::Model, true, {}, tv},
+                        {"logits.capped", "mul", tv, Dt::Model, false, held, tv}};
+  l.insert(at(l, "logits") + 1, std::begin(e), std::end(e));
+}
+
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
+const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
 const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
 const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};
 

@@ -16,5 +16,7 @@ extern const FamilyEdits kQwen3Edits;
 extern const FamilyEdits kPhi3Edits;
 /// Gemma: (1 + w) RMSNorm in fp32, the scaled embedding.
 extern const FamilyEdits kGemmaEdits;
+/// Gemma2: Gemma's plus post-attention / post-feedforward norms and the logit softcapping.
+extern const FamilyEdits kGemma2Edits;
 
 }  // namespace memfit::sched

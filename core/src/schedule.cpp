@@ -409,7 +409,23 @@ constexpr FamilyRow kFamilies[] = {
     {"qwen3", &kQwen3Edits, false, true},
     {"phi3", &kPhi3Edits, false, false},
     {"gemma", &kGemmaEdits, false, false},
+    {"gemma2", &kGemma2Edits, false, false},
 };
+
+/// Identical decoder layers: one group, or groups that differ only in their sliding window where
+/// attention is eager (its masks are built once for the whole decoder).
+bool identical_layers(const ModelSpec& m, bool eager) {
+  const LayerGroup& g = m.groups.front();
+  return std::all_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& o) {
+    const bool same_linears = std::equal(g.linears.begin(), g.linears.end(), o.linears.begin(), o.linears.end(),
+                                         [](const Linear& a, const Linear& b) {
+                                           return a.name == b.name && a.in == b.in && a.out == b.out && a.bias == b.bias;
+                                         });
+    return same_linears && o.other_params == g.other_params && o.moe == g.moe &&
+           o.mlp_intermediate == g.mlp_intermediate && o.rope == g.rope && !o.frozen &&
+           (o.sliding_window == g.sliding_window || eager);
+  });
+}
 
 const FamilyRow* family_row(std::string_view f) {
   for (const FamilyRow& row : kFamilies)
@@ -429,7 +445,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool task = r.task == Task::Full || r.task == Task::Lora;
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
-  if (!family || !precision || !task || !single || !optimizer || m.groups.size() != 1 ||
+  if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
+      !identical_layers(m, r.attention == AttentionImpl::Eager) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || r.runtime.compile ||
       m.attention_dropout > 0 || m.hidden_dropout > 0)
     return std::nullopt;
