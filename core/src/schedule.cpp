@@ -330,9 +330,14 @@ void run(Sink& sink, const StepSetup& s) {
         carried = st.out;
         states[sink.slot(k)] = std::move(st);
       });
-      // tensors the decoder stack shares (the eager causal mask) die when it returns
-      for (size_t i = 0; i < emb_l.size(); ++i)
-        if (emb_l[i].dies_after == "decoder_end") sink.free(e.ids[i]), e.ids[i] = -1;
+      // tensors the decoder stack shares (the eager causal mask) die when it returns; under
+      // checkpointing each checkpoint keeps them as inputs of its recomputation until the
+      // backward of the stack is over (torch.utils.checkpoint saves its non-tensor-free inputs)
+      auto free_shared = [&] {
+        for (size_t i = 0; i < emb_l.size(); ++i)
+          if (emb_l[i].dies_after == "decoder_end" && e.ids[i] >= 0) sink.free(e.ids[i]), e.ids[i] = -1;
+      };
+      if (!s.checkpointing) free_shared();
       ListState h = forward(sink, head, carried, false, false);
       int grad = backward(sink, head, h, -1, micro == 0);
       for (int g : h.weight_grads) outer_grads.push_back(g);
@@ -351,6 +356,7 @@ void run(Sink& sink, const StepSetup& s) {
         grad = backward(sink, first, state0, grad, micro == 0);
         if (micro == 0) grads0 = state0.weight_grads;
       }
+      free_shared();
       grad = backward(sink, emb, e, grad, micro == 0);
       for (int g : e.weight_grads) outer_grads.push_back(g);
       sink.free(grad);
