@@ -233,6 +233,7 @@ void add_adapter(OpList& l, const LoraTarget& k, bool half) {
   // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
   // (its backward casts the fp32 gradient back to the input's dtype); dropout(p=0) is an Identity
   if (half) e.push_back({k.in, "_to_copy", in, Dt::F32, true, {}, in});
+  if (half) e.back().released_by = k.a;  // kept by lora_A: released once lora_A's backward has run
   // lora_A saves its input [D]; its [T, r] output is kept by lora_B; the gradients are in the
   // adapter dtype
   e.push_back({k.a, "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in, shape(in.f[1], Sym::R), Dt::Adapter,
@@ -258,22 +259,23 @@ void add_adapter(OpList& l, const LoraTarget& k, bool half) {
 
 /// Who keeps the input of the adapted Linears: a frozen Linear keeps nothing [D]; in fp32 the
 /// first adapter reading it keeps it (released by its lora_A's backward, the last to run); in
-/// half precision every adapter keeps its own fp32 cast, so the half input dies after its last
-/// reader (the flash kernel keeps its own output, which o_proj reads) [P][D].
+/// half precision every adapter keeps its own fp32 cast, so the half input is only held by the
+/// Python frame that passes it: until the module reading it returns (the attention after o_proj,
+/// the MLP after down_proj) [L][P][D]. (The flash kernel keeps its own output, which o_proj reads.)
 void adapter_inputs(OpList& l, bool all_linear, bool half) {
-  for (std::string_view x : {"norm1.out", "attn.out", "norm2.out", "mlp.mul"}) {
-    TensorOp* t = find_mut(l, x);
-    if (!t || (x == "attn.out" && t->op != "clone")) continue;
-    std::string_view first_adapter, last_reader;
-    for (const LoraTarget& k : kLoraTargets) {
-      if (k.input != x || !find_op(l, k.out)) continue;
-      const bool adapted = all_linear || k.qv;
-      if (adapted && first_adapter.empty()) first_adapter = k.a;
-      last_reader = adapted && half ? k.in : k.out;
-    }
+  struct Input {
+    std::string_view tensor, module_end;
+  };
+  for (const Input& x : {Input{"norm1.out", "o_proj.out"}, Input{"attn.out", "o_proj.out"},
+                         Input{"norm2.out", "down_proj.out"}, Input{"mlp.mul", "down_proj.out"}}) {
+    TensorOp* t = find_mut(l, x.tensor);
+    if (!t || (x.tensor == "attn.out" && t->op != "clone")) continue;
+    std::string_view first_adapter;
+    for (const LoraTarget& k : kLoraTargets)
+      if (k.input == x.tensor && find_op(l, k.out) && (all_linear || k.qv) && first_adapter.empty()) first_adapter = k.a;
     if (first_adapter.empty() || half) {
       t->saved = false;
-      t->dies_after = last_reader;
+      t->dies_after = x.module_end;
     } else {
       t->released_by = first_adapter;
     }

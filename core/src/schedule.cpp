@@ -159,10 +159,39 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   return st;
 }
 
+/// The recomputation of a checkpointed list: torch.utils.checkpoint(use_reentrant=False) stops
+/// it once the last tensor the backward needs is recomputed (checkpoint early stop, on by
+/// default), so the ops after the last saved entry do not run again; what is not saved dies.
+ListState recompute_forward(Sink& sink, const Resolved& r, int input) {
+  const OpList& l = *r.ops;
+  size_t end = 0;
+  for (size_t i = 1; i < l.size(); ++i)
+    if (l[i].saved) end = i + 1;
+  ListState st;
+  st.ids.assign(l.size(), -1);
+  st.ids[0] = input;
+  size_t next_death = 0;
+  for (size_t i = 1; i < end; ++i) {
+    st.ids[i] = sink.alloc(r.bytes[i], l[i].name);
+    for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] <= i; ++next_death) {
+      const size_t j = r.death_order[next_death];
+      if (j != 0 && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+    }
+  }
+  for (size_t j = 1; j < end; ++j)
+    if (!l[j].saved && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+  return st;
+}
+
 /// Backward of one list: in reverse order, each op creates its input gradient (the incoming one
 /// is released), its weight gradient if trained, and releases what it saved.
 /// `grad` is the gradient flowing in; returns the one flowing out.
-int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads) {
+/// `recompute` (checkpointing): torch.utils.checkpoint(use_reentrant=False) re-runs the forward
+/// when the backward first unpacks a saved tensor, so the ops at the end of the list that keep
+/// nothing (adds, casts, the LoRA scaling) run before it; it is called before the first entry
+/// whose predecessor is saved (its input, what its backward needs).
+int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads,
+             const std::function<void()>& recompute = {}) {
   const OpList& l = *r.ops;
   struct Pending {
     size_t target;
@@ -172,7 +201,9 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
   auto held = [&](int id) {
     return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
   };
+  bool recomputed = !recompute;
   for (size_t i = l.size(); i-- > 0;) {
+    if (!recomputed && (i == 0 || l[i - 1].saved)) recompute(), recomputed = true;
     bool branch_done = false;
     for (size_t p = 0; p < pending.size(); ++p) {
       if (pending[p].target != i) continue;
@@ -343,13 +374,14 @@ void run(Sink& sink, const StepSetup& s) {
       for (int g : h.weight_grads) outer_grads.push_back(g);
       sink.repeat(rest, [&](u64 k) {
         ListState& st = states[sink.slot(rest - 1 - k)];
-        if (s.checkpointing) {
+        auto recompute = [&] {
           const int input = st.ids[0];
-          st = forward(sink, layer, input, false, true);  // recomputation; its output is not kept
-          sink.free(st.out);
-          st.ids[0] = input;
-        }
-        grad = backward(sink, layer, st, grad, micro == 0);
+          std::vector<int> grads = std::move(st.weight_grads);
+          st = recompute_forward(sink, layer, input);
+          st.weight_grads = std::move(grads);
+        };
+        grad = s.checkpointing ? backward(sink, layer, st, grad, micro == 0, recompute)
+                               : backward(sink, layer, st, grad, micro == 0);
         if (micro == 0) layer_grads[sink.slot(rest - 1 - k)] = st.weight_grads;
       });
       if (first_differs) {
@@ -399,23 +431,20 @@ void run(Sink& sink, const StepSetup& s) {
 namespace {
 
 /// The one table from a model family to its lists: the Llama-like base lists plus the family's
-/// edits (layer_ops_*.cpp), whether the autocast edit covers it, and whether LoRA with
-/// checkpointing in half precision is covered (its recomputed backward misses phi3-tiny by 3.9 %
-/// and gemma-tiny by 2.7 % on the CPU suite: left to the old engine until it is modelled).
+/// edits (layer_ops_*.cpp), and whether the autocast edit covers it.
 struct FamilyRow {
   std::string_view family;
   const FamilyEdits* edits;
   bool autocast;
-  bool lora_gc_half;
 };
 constexpr FamilyRow kFamilies[] = {
-    {"llama", nullptr, true, true},
-    {"mistral", nullptr, true, true},
-    {"qwen2", nullptr, true, true},
-    {"qwen3", &kQwen3Edits, false, true},
-    {"phi3", &kPhi3Edits, false, false},
-    {"gemma", &kGemmaEdits, false, false},
-    {"gemma2", &kGemma2Edits, false, false},
+    {"llama", nullptr, true},
+    {"mistral", nullptr, true},
+    {"qwen2", nullptr, true},
+    {"qwen3", &kQwen3Edits, false},
+    {"phi3", &kPhi3Edits, false},
+    {"gemma", &kGemmaEdits, false},
+    {"gemma2", &kGemma2Edits, false},
 };
 
 /// Identical decoder layers: one group, or groups that differ only in their sliding window where
@@ -463,8 +492,6 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const LayerGroup& g = m.groups.front();
   const bool window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
-  if (!row->lora_gc_half && r.task == Task::Lora && r.gradient_checkpointing && r.precision != Precision::Fp32)
-    return std::nullopt;
   if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
     return std::nullopt;
   StepSetup s;
