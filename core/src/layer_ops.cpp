@@ -33,6 +33,8 @@ u64 Dims::of(Sym x) const {
     case Sym::KvHeads: return kv_heads;
     case Sym::QKV: return add(q, mul(2, kv));
     case Sym::TwoI: return mul(2, i);
+    case Sym::S_: return mul(b, s, topk);
+    case Sym::E: return experts;
   }
   return 1;
 }

@@ -18,5 +18,7 @@ extern const FamilyEdits kPhi3Edits;
 extern const FamilyEdits kGemmaEdits;
 /// Gemma2: Gemma's plus post-attention / post-feedforward norms and the logit softcapping.
 extern const FamilyEdits kGemma2Edits;
+/// Mixtral: the router and fused experts in place of the MLP (layer_ops_moe.cpp).
+extern const FamilyEdits kMixtralEdits;
 
 }  // namespace memfit::sched

@@ -445,6 +445,7 @@ constexpr FamilyRow kFamilies[] = {
     {"phi3", &kPhi3Edits, false},
     {"gemma", &kGemmaEdits, false},
     {"gemma2", &kGemma2Edits, false},
+    {"mixtral", &kMixtralEdits, false},
 };
 
 /// Identical decoder layers: one group, or groups that differ only in their sliding window where
@@ -505,7 +506,10 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.autocast = amp;
   s.layer.family = row->edits;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
-            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads};
+            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
+            g.experts, g.experts_per_token};
+  // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
+  if (g.moe && r.task != Task::Full) return std::nullopt;
   s.dtypes.model = s.layer.half ? 2 : 4;
   s.dtypes.adapter = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   s.layers = m.layers;
@@ -516,7 +520,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
     const bool target = r.task == Task::Lora && (r.lora.all_linear || std::find(r.lora.targets.begin(),
                                                                                    r.lora.targets.end(), l.name) !=
                                                                          r.lora.targets.end());
-    s.linears.push_back({l.in, l.out, l.bias, target});
+    s.linears.push_back({l.in, mul(l.out, l.copies), l.bias, target});  // fused experts: [E, in, out]
   }
   s.norm_params = g.other_params;
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
