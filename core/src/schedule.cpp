@@ -516,11 +516,16 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.checkpointing = r.gradient_checkpointing;
   s.tied_embeddings = m.tied_embeddings;
   for (const Linear& l : g.linears) s.qkv_bias = s.qkv_bias || (l.name == "q_proj" && l.bias);
+  bool after_routed_in = false;
   for (const Linear& l : g.linears) {
     const bool target = r.task == Task::Lora && (r.lora.all_linear || std::find(r.lora.targets.begin(),
                                                                                    r.lora.targets.end(), l.name) !=
                                                                          r.lora.targets.end());
-    s.linears.push_back({l.in, mul(l.out, l.copies), l.bias, target});  // fused experts: [E, in, out]
+    // Transformers 5 fuses the routed experts: one gate_up_proj [E, 2i, h] and one down_proj
+    const bool routed_in = l.routed && l.input == LinearInput::MlpIn;
+    if (routed_in && after_routed_in) s.linears.back().out = add(s.linears.back().out, mul(l.out, l.copies));
+    else s.linears.push_back({l.in, mul(l.out, l.copies), l.bias, target});
+    after_routed_in = routed_in;
   }
   s.norm_params = g.other_params;
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
