@@ -391,6 +391,18 @@ void run(Sink& sink, const StepSetup& s) {
       free_shared();
       grad = backward(sink, emb, e, grad, micro == 0);
       for (int g : e.weight_grads) outer_grads.push_back(g);
+      if (s.tied_embeddings && s.layer.full && micro == 0 && !h.weight_grads.empty()) {
+        // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
+        // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
+        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h])
+        const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
+        const int dense = sink.alloc(vh, "embed.weight_grad");
+        const int sum = sink.alloc(vh, "tied_weight_grad");
+        sink.free(dense);
+        auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
+        sink.free(*head_grad);
+        *head_grad = sum;
+      }
       sink.free(grad);
       sink.free(ids);
     }
