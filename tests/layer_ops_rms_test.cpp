@@ -119,6 +119,7 @@ TEST_CASE("the RMSNorm families' schedule is within 2 % of every covered CPU sui
 TEST_CASE("[.rms-table] schedule vs measured, RMSNorm families", "[.rms-table]") {
   const char* dump = std::getenv("MEMFIT_DUMP");
   const char* filter = std::getenv("MEMFIT_FILTER");
+  const char* at_name = std::getenv("MEMFIT_AT");  // with MEMFIT_DUMP: the first allocation of this name instead of the peak
   std::printf("| case | measured | schedule | error %% |\n|---|---:|---:|---:|\n");
   std::vector<Measured> all = suite_records();
   for (Measured& m : suite_records("cpu-suite-generated.jsonl")) all.push_back(std::move(m));
@@ -139,7 +140,8 @@ TEST_CASE("[.rms-table] schedule vs measured, RMSNorm families", "[.rms-table]")
     for (std::int64_t e : trace) {
       if (e > 0) sizes.push_back(e), live.push_back(true), cur += u64(e);
       else live[size_t(-e - 1)] = false, cur -= u64(sizes[size_t(-e - 1)]);
-      if (cur > peak) peak = cur, at_peak = live;
+      if (cur > peak && !at_name) peak = cur, at_peak = live;
+      if (at_name && e > 0 && names[sizes.size() - 1] == at_name && at_peak.empty()) peak = cur, at_peak = live;
     }
     std::map<std::string, std::pair<u64, int>> rows;
     for (size_t k = 0; k < at_peak.size(); ++k)

@@ -167,7 +167,7 @@ void phi3_attention_layout(OpList& l, const LayerSetup& s) {
     TensorOp* qkv = entry(l, "qkv_proj.out");
     qkv->saved = false;
     qkv->dies_after = "attn.v_contig";
-    l.insert(at(l, "attn.pv"), {"attn.v_contig", "clone", TKV, Dt::Model, true, {}, TKV});
+    l.insert(at(l, "attn.scores"), {"attn.v_contig", "clone", TKV, Dt::Model, true, {}, TKV});
     return;
   }
   TensorOp* flash = entry(l, "attn.out");

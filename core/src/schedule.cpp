@@ -25,9 +25,9 @@ class Sink {
   Sink(bool record, bool round_512) : record_(record), round_(round_512) {}
 
   /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging).
-  int alloc(u64 bytes, std::string_view what = "other") {
+  int alloc(u64 bytes, std::string_view what = "other", std::string_view of = {}) {
     if (bytes == 0) return -1;
-    if (record_) names_.emplace_back(what);
+    if (record_) names_.push_back(of.empty() ? std::string(what) : std::string(what) + ":" + std::string(of));
     const u64 b = round_ ? round_up(bytes, 512) : bytes;
     sizes_.push_back(b);
     live_ = add(live_, b);
@@ -212,7 +212,7 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
       if (r.grad_bytes[i] > 0 && grad >= 0) {
         // an op on the waiting branch (the frozen base Linear beside a LoRA adapter): its backward
         // runs on the waiting gradient, then autograd sums its input gradient with the chain's
-        const int own = sink.alloc(r.grad_bytes[i], "grad_in");
+        const int own = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
         if (!held(skip)) sink.free(skip);  // a residual add further up may share it
         const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
         sink.free(own);
@@ -229,7 +229,7 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
       }
       break;
     }
-    if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad"));
+    if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad", l[i].name));
     if (r.skip_to[i] != kKeep && grad >= 0) {
       // the waiting operand has another dtype (a half base output beside an fp32 adapter sum):
       // autograd hands it a cast of the gradient
@@ -237,7 +237,7 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
       pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
     }
     if (r.grad_bytes[i] > 0 && !branch_done) {
-      const int g = sink.alloc(r.grad_bytes[i], "grad_in");
+      const int g = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
       if (!held(grad)) sink.free(grad);
       grad = g;
     }
