@@ -13,6 +13,7 @@
 #include <string>
 
 #include "layer_ops.hpp"
+#include "memfit/allocator.hpp"
 #include "memfit/library.hpp"
 #include "memfit/request.hpp"
 #include "schedule.hpp"
@@ -99,10 +100,13 @@ TEST_CASE("LoRA: the frozen base Linear's gradient is summed with the adapter's 
   CHECK_FALSE(find_op(head_and_loss(s), "norm1.out")->saved);
 }
 
-// The issue's gate for the families of this file: within 2 % of every covered measurement.
+// The issue's gate for the families of this file: within 2 % of every covered measurement
+// (the suite and the generated tuning cases).
 TEST_CASE("the RMSNorm families' schedule is within 2 % of every covered CPU suite measurement") {
   int covered = 0;
-  for (const Measured& m : suite_records()) {
+  std::vector<Measured> all = suite_records();
+  for (Measured& m : suite_records("cpu-suite-generated.jsonl")) all.push_back(std::move(m));
+  for (const Measured& m : all) {
     if (!in_scope(m.name)) continue;
     const auto s = setup_of(m);
     if (!s) continue;
@@ -111,7 +115,7 @@ TEST_CASE("the RMSNorm families' schedule is within 2 % of every covered CPU sui
     INFO(m.name << ": measured " << m.peak << ", schedule " << est);
     CHECK(std::abs(pct(double(est), double(m.peak))) <= 2.0);
   }
-  CHECK(covered >= 54);
+  CHECK(covered >= 120);
 }
 
 // build/native/tests/memfit_tests "[.rms-table]": the table of sched-rms-table.md; with
@@ -120,7 +124,19 @@ TEST_CASE("[.rms-table] schedule vs measured, RMSNorm families", "[.rms-table]")
   const char* dump = std::getenv("MEMFIT_DUMP");
   const char* filter = std::getenv("MEMFIT_FILTER");
   const char* at_name = std::getenv("MEMFIT_AT");  // with MEMFIT_DUMP: the first allocation of this name instead of the peak
-  std::printf("| case | measured | schedule | error %% |\n|---|---:|---:|---:|\n");
+  std::map<std::string, std::vector<std::int64_t>> traces;
+  {
+    std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/cpu-traces.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("measured") && j["measured"].contains("allocation_trace"))
+        traces[j["name"]] = j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>();
+    }
+  }
+  std::printf("| case | measured | schedule | error %% | replayed trace reserved MiB | schedule reserved MiB |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
   std::vector<Measured> all = suite_records();
   for (Measured& m : suite_records("cpu-suite-generated.jsonl")) all.push_back(std::move(m));
   for (const Measured& m : all) {
@@ -128,8 +144,15 @@ TEST_CASE("[.rms-table] schedule vs measured, RMSNorm families", "[.rms-table]")
     const auto s = setup_of(m);
     if (!s) continue;
     const u64 est = peak_allocated(*s);
-    std::printf("| %s | %llu | %llu | %+.2f |\n", m.name.c_str(), (unsigned long long)m.peak, (unsigned long long)est,
+    std::printf("| %s | %llu | %llu | %+.2f |", m.name.c_str(), (unsigned long long)m.peak, (unsigned long long)est,
                 pct(double(est), double(m.peak)));
+    if (auto it = traces.find(m.name); it != traces.end()) {
+      const auto real = alloc::simulate(alloc::events_from_signed(it->second)).stats.peak_reserved;
+      const auto sim = alloc::simulate(alloc::events_from_signed(step_trace(*s))).stats.peak_reserved;
+      std::printf(" %.3f | %.3f |\n", real / 1048576.0, sim / 1048576.0);
+    } else {
+      std::printf(" | |\n");
+    }
     if (!dump || m.name != dump) continue;
     std::vector<std::string> names;
     const auto trace = step_trace(*s, &names);
