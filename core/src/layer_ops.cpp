@@ -35,6 +35,7 @@ u64 Dims::of(Sym x) const {
     case Sym::TwoI: return mul(2, i);
     case Sym::S_: return mul(b, s, topk);
     case Sym::E: return experts;
+    case Sym::SharedI: return shared_i;
   }
   return 1;
 }

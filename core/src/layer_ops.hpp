@@ -27,13 +27,15 @@ enum class Sym : std::uint8_t { One, T, B, S, H, Q, KV, I, A, V, R, HeadDim, KvH
                                 QKV,    ///< q + 2 kv: a fused qkv_proj's output (Phi-3)
                                 TwoI,   ///< 2 i: a fused gate_up_proj's output (Phi-3)
                                 S_,     ///< routed slots of an MoE layer: T x experts per token
-                                E };    ///< routed experts of an MoE layer
+                                E,      ///< routed experts of an MoE layer
+                                SharedI };  ///< the shared expert's width (Qwen2-MoE)
 
 /// The sizes the symbols take for one request (per rank).
 struct Dims {
   u64 b = 0, s = 0, h = 0, q = 0, kv = 0, i = 0, a = 0, v = 0, r = 0, head_dim = 0;
   u64 kv_heads = 0;
   u64 experts = 0, topk = 0;  ///< MoE: routed experts, experts per token
+  u64 shared_i = 0;           ///< MoE: the shared expert's width
   [[nodiscard]] u64 of(Sym x) const;
 };
 

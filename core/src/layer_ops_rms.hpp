@@ -20,5 +20,8 @@ extern const FamilyEdits kGemmaEdits;
 extern const FamilyEdits kGemma2Edits;
 /// Mixtral: the router and fused experts in place of the MLP (layer_ops_moe.cpp).
 extern const FamilyEdits kMixtralEdits;
+/// Qwen2-MoE (shared expert) and Qwen3-MoE (q/k norms) (layer_ops_moe.cpp).
+extern const FamilyEdits kQwen2MoeEdits;
+extern const FamilyEdits kQwen3MoeEdits;
 
 }  // namespace memfit::sched

@@ -458,6 +458,8 @@ constexpr FamilyRow kFamilies[] = {
     {"gemma", &kGemmaEdits, false},
     {"gemma2", &kGemma2Edits, false},
     {"mixtral", &kMixtralEdits, false},
+    {"qwen2_moe", &kQwen2MoeEdits, false},
+    {"qwen3_moe", &kQwen3MoeEdits, false},
 };
 
 /// Identical decoder layers: one group, or groups that differ only in their sliding window where
@@ -519,7 +521,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.family = row->edits;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
             g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
-            g.experts, g.experts_per_token};
+            g.experts, g.experts_per_token, g.shared_intermediate};
   // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
   if (g.moe && r.task != Task::Full) return std::nullopt;
   s.dtypes.model = s.layer.half ? 2 : 4;
