@@ -74,17 +74,21 @@ void autocast_linear(OpList& l, const AutocastLinear& a) {
 /// place as the rotary's input.
 void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const std::array<std::string_view, 7>& n,
                    Shape width, Shape rows) {
+  // under autocast the projection is half (autocast's linear) and the fp32 weight times its
+  // half x_hat promotes the output back to fp32 (the model dtype there) [A]
+  const bool half_in = s.half || s.autocast;
+  const Dt half = s.autocast ? Dt::Half : Dt::Model;
   TensorOp* p = entry(l, proj);
   const std::string_view reader_end = p->dies_after;
-  p->saved = !s.half;  // fp32: pow keeps its input
-  p->dies_after = s.half ? n[0] : std::string_view{};
+  p->saved = !half_in;  // fp32: pow keeps its input
+  p->dies_after = half_in ? n[0] : std::string_view{};
   OpList e;
-  if (s.half) e.push_back({n[0], "_to_copy", width, Dt::F32, true, {}, width});
+  if (half_in) e.push_back({n[0], "_to_copy", width, Dt::F32, true, {}, width, kNone, Dt::Model, half});
   e.push_back({n[1], "pow", width, Dt::F32, false, {}, kNone});
   e.push_back({n[2], "mean", rows, Dt::F32, false, {}, kNone});
   e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
-  e.push_back({n[4], "mul", width, Dt::F32, s.full && !s.half, {}, width, kNone, Dt::Model, Dt::F32});
-  if (s.half) e.push_back({n[5], "_to_copy", width, Dt::Model, s.full, {}, width});
+  e.push_back({n[4], "mul", width, Dt::F32, s.full && !half_in, {}, width, kNone, Dt::Model, Dt::F32});
+  if (half_in) e.push_back({n[5], "_to_copy", width, half, s.full, {}, width, kNone, Dt::Model, half});
   e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, shape(Sym::HeadDim)});
   l.insert(at(l, proj) + 1, e.begin(), e.end());
 }

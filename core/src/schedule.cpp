@@ -453,7 +453,7 @@ constexpr FamilyRow kFamilies[] = {
     {"llama", nullptr, true},
     {"mistral", nullptr, true},
     {"qwen2", nullptr, true},
-    {"qwen3", &kQwen3Edits, false},
+    {"qwen3", &kQwen3Edits, true},
     {"phi3", &kPhi3Edits, false},
     {"gemma", &kGemmaEdits, false},
     {"gemma2", &kGemma2Edits, false},
