@@ -25,7 +25,12 @@ namespace memfit::sched {
 /// Symbolic dimensions. T = tokens of a micro-batch (b x s).
 enum class Sym : std::uint8_t {
   One, T, B, S, H, Q, KV, I, A, V, R, HeadDim,
-  QKV,            ///< a fused q/k/v projection's width (q + 2 kv)
+  KvHeads,
+  QKV,            ///< a fused q/k/v projection's width (q + 2 kv: GPT-NeoX, Falcon, Phi-3)
+  TwoI,           ///< 2 i: a fused gate_up_proj's output (Phi-3)
+  S_,             ///< routed slots of an MoE layer: T x experts per token
+  E,              ///< routed experts of an MoE layer
+  SharedI,        ///< the shared expert's width (Qwen2-MoE)
   QR, KR,         ///< the rotated part of q / k (partial rotary: heads x rotary dims)
   QRHalf, KRHalf, ///< half of it (rotate_half's negated slice)
   Pos             ///< rows of a learned position table
@@ -34,7 +39,10 @@ enum class Sym : std::uint8_t {
 /// The sizes the symbols take for one request (per rank).
 struct Dims {
   u64 b = 0, s = 0, h = 0, q = 0, kv = 0, i = 0, a = 0, v = 0, r = 0, head_dim = 0;
-  u64 qkv = 0, qr = 0, kr = 0;  ///< fused q/k/v width; rotated widths of q and k (0: = q, kv)
+  u64 kv_heads = 0;
+  u64 experts = 0, topk = 0;  ///< MoE: routed experts, experts per token
+  u64 shared_i = 0;           ///< MoE: the shared expert's width
+  u64 qkv = 0, qr = 0, kr = 0;  ///< fused q/k/v width (0: q + 2 kv); rotated widths of q and k (0: = q, kv)
   u64 pos = 0;                  ///< rows of the learned position table
   [[nodiscard]] u64 of(Sym x) const;
 };
@@ -49,12 +57,14 @@ Shape shape(Sym a, Sym b = Sym::One, Sym c = Sym::One, Sym e = Sym::One);
 inline const Shape kNone{};
 
 /// Element type roles: the model's dtype, fp32 (upcasts), the LoRA adapters' dtype, int64, and
-/// native_layer_norm's mean / rstd (the input dtype on CPU, fp32 on CUDA).
-enum class Dt : std::uint8_t { Model, F32, Adapter, I64, NormStats };
+/// native_layer_norm's mean / rstd (the input dtype on CPU, fp32 on CUDA), and the half dtype
+/// autocast computes in.
+enum class Dt : std::uint8_t { Model, F32, Adapter, I64, NormStats, Half };
 
 struct Dtypes {
   u64 model = 4, adapter = 4;
   u64 norm_stats = 4;
+  u64 half = 2;  ///< autocast's compute dtype (bf16 / fp16)
   [[nodiscard]] u64 of(Dt d) const {
     switch (d) {
       case Dt::Model: return model;
@@ -62,6 +72,7 @@ struct Dtypes {
       case Dt::Adapter: return adapter;
       case Dt::I64: return 8;
       case Dt::NormStats: return norm_stats;
+      case Dt::Half: return half;
     }
     return model;
   }
@@ -94,6 +105,14 @@ struct TensorOp {
   /// Temporaries of the input gradient's size its backward holds while it computes (a custom
   /// autograd.Function written in Python ops, e.g. BLOOM's GeLUFunction), freed when it returns.
   std::uint8_t backward_temps = 0;
+  /// A saved tensor is released when the backward of the op that saved it has run: this entry's
+  /// own when "" (the op right after it), else the named later entry (e.g. the input of a frozen
+  /// Linear, kept only by the LoRA adapter beside it, is released by lora_A's backward).
+  std::string_view released_by{};
+  /// An argument of every decoder layer (the eager masks): under checkpointing each checkpoint
+  /// keeps it for its recomputation until the backward of the decoder stack is over
+  /// (torch.utils.checkpoint saves its tensor inputs), though it dies at "decoder_end" otherwise.
+  bool checkpoint_input = false;
 };
 
 using OpList = std::vector<TensorOp>;
@@ -104,6 +123,15 @@ enum class Activation : std::uint8_t {
   GeluExpr,  ///< NewGELUActivation / gelu_new: a Python expression (pow, mul, tanh, ...)
   Relu,      ///< saves its output
   Silu,      ///< saves its input
+};
+
+struct LayerSetup;
+/// A family's edits of the Llama-like lists (layer_ops_rms.cpp, ...), applied to the base lists
+/// before the precision, kernel and task edits; nullptr = no edit.
+using ListEdit = void (*)(OpList&, const LayerSetup&);
+struct FamilyEdits {
+  ListEdit layer = nullptr, embedding = nullptr, head = nullptr;
+  ListEdit layer_after_precision = nullptr;  ///< the decoder layer, after the half / autocast edits
 };
 
 /// The choices that edit the lists.
@@ -125,6 +153,8 @@ struct LayerSetup {
   bool head_bias = false;      ///< the LM head has a bias (Phi)
   bool checkpointing = false;  ///< gradient checkpointing (PEFT then makes the embeddings' output need a gradient)
   bool logits_fp32_in_model = false;  ///< the model casts its logits to fp32 (CodeGen, GPT-Neo)
+  bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
+  const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
 };
 
 /// The lists of one family, and the edit of its first layer when its input needs no gradient.
@@ -145,7 +175,7 @@ struct FamilyLists {
 /// The edits, exposed for tests and for families that need them.
 void edit_half_precision(OpList& l);
 void edit_eager_attention(OpList& l, bool gqa);
-void edit_window_mask(OpList& l);
+void edit_window_mask(OpList& l, bool gqa = true);
 void edit_lora(OpList& l, bool all_linear);
 /// The first layer of a LoRA run without checkpointing: its input (the frozen embedding's
 /// output) needs no gradient, so its norm records nothing and no gradient reaches its input.

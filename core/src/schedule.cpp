@@ -13,6 +13,7 @@
 #include <functional>
 
 #include "layer_ops_layernorm.hpp"
+#include "layer_ops_rms.hpp"
 #include "memfit/model.hpp"
 
 namespace memfit::sched {
@@ -24,8 +25,10 @@ class Sink {
  public:
   Sink(bool record, bool round_512) : record_(record), round_(round_512) {}
 
-  int alloc(u64 bytes) {
+  /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging).
+  int alloc(u64 bytes, std::string_view what = "other", std::string_view of = {}) {
     if (bytes == 0) return -1;
+    if (record_) names_.push_back(of.empty() ? std::string(what) : std::string(what) + ":" + std::string(of));
     const u64 b = round_ ? round_up(bytes, 512) : bytes;
     sizes_.push_back(b);
     live_ = add(live_, b);
@@ -58,11 +61,13 @@ class Sink {
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
   [[nodiscard]] u64 peak() const { return peak_; }
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
+  std::vector<std::string> take_names() { return std::move(names_); }
 
  private:
   bool record_, round_;
   std::vector<u64> sizes_;
   std::vector<std::int64_t> trace_;
+  std::vector<std::string> names_;
   u64 live_ = 0, peak_ = 0;
 };
 
@@ -75,8 +80,10 @@ struct Resolved {
   std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
   std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
   std::vector<size_t> branch_from;  ///< parallel branches: the entry whose gradient this one reads
+  std::vector<u64> cast_bytes;  ///< residual adds: the cast of the gradient the waiting operand gets (0: none)
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
+  std::vector<std::vector<size_t>> released_at;  ///< per entry: the saved tensors its backward releases
 };
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
@@ -99,6 +106,8 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     for (size_t j = i + 1; j < l.size() && !t.branch_of.empty(); ++j)
       if (l[j].name == t.branch_of) from = j;
     r.branch_from.push_back(from);
+    const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
+    r.cast_bytes.push_back(cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0);
     size_t at = kKeep;
     if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
       at = i + 1;
@@ -109,6 +118,13 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
         }
     }
     r.dies_at.push_back(at == kKeep ? kKeep : std::min(at, l.size() - 1));
+  }
+  r.released_at.resize(l.size());
+  for (size_t j = 0; j < l.size(); ++j) {
+    size_t by = j;
+    for (size_t k = j + 1; k < l.size() && !l[j].released_by.empty(); ++k)
+      if (l[k].name == l[j].released_by) by = k;
+    r.released_at[by].push_back(j);
   }
   for (size_t j = 0; j < l.size(); ++j)
     if (r.dies_at[j] != kKeep) r.death_order.push_back(j);
@@ -125,28 +141,15 @@ struct ListState {
   std::vector<int> weight_grads;
 };
 
-/// torch.utils.checkpoint (non-reentrant, early stop): the recomputation stops once the last
-/// tensor the backward needs has been saved again, i.e. right after the op that saves the last
-/// saved entry (the entry after it); what it created and nothing saves is released.
-size_t recompute_end(const Resolved& r) {
-  const OpList& l = *r.ops;
-  size_t last = 0;
-  for (size_t j = 0; j < l.size(); ++j)
-    if (l[j].saved && r.bytes[j] > 0) last = j;
-  return std::min(l.size(), last + 2);
-}
-
 /// Forward of one list. `input` is the carried tensor entry 0 stands for ("carried" entries).
 /// `checkpointed`: everything but the input dies with the list (torch.utils.checkpoint).
-ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, bool keep_input,
-                  bool early_stop = false) {
+ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, bool keep_input) {
   const OpList& l = *r.ops;
   ListState st;
   st.ids.assign(l.size(), -1);
   size_t next_death = 0;
-  const size_t end = early_stop ? recompute_end(r) : l.size();
-  for (size_t i = 0; i < end; ++i) {
-    st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i]);
+  for (size_t i = 0; i < l.size(); ++i) {
+    st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i], l[i].name);
     for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
       const size_t j = r.death_order[next_death];
       if ((j != 0 || !keep_input) && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
@@ -154,7 +157,7 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   }
   st.out = st.ids.back();
   for (size_t j = 0; j + 1 < l.size(); ++j)
-    if (r.dies_at[j] != kKeep && (r.dies_at[j] >= l.size() - 1 || r.dies_at[j] >= end) && st.ids[j] >= 0 && j != 0)
+    if (r.dies_at[j] != kKeep && r.dies_at[j] >= l.size() - 1 && st.ids[j] >= 0 && j != 0)
       sink.free(st.ids[j]), st.ids[j] = -1;
   if (checkpointed) {
     for (size_t j = 1; j + 1 < l.size(); ++j) {
@@ -194,7 +197,7 @@ void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>
   if (waiting != pending.end() && grad >= 0 && waiting->in_place) {
     sink.free(grad);  // added into the parked gradient
   } else if (waiting != pending.end() && grad >= 0) {
-    const int sum = sink.alloc(r.sum_bytes[join]);
+    const int sum = sink.alloc(r.sum_bytes[join], "grad_sum");
     sink.free(grad);
     const int old = waiting->id;
     waiting->id = sum;
@@ -207,16 +210,48 @@ void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>
   grad = source;
 }
 
+/// The recomputation of a checkpointed list: torch.utils.checkpoint(use_reentrant=False) stops
+/// it once the last tensor the backward needs is recomputed (checkpoint early stop, on by
+/// default), so the ops after the last saved entry do not run again; what is not saved dies.
+ListState recompute_forward(Sink& sink, const Resolved& r, int input) {
+  const OpList& l = *r.ops;
+  size_t end = 0;
+  for (size_t i = 1; i < l.size(); ++i)
+    if (l[i].saved) end = i + 1;
+  ListState st;
+  st.ids.assign(l.size(), -1);
+  st.ids[0] = input;
+  size_t next_death = 0;
+  for (size_t i = 1; i < end; ++i) {
+    st.ids[i] = sink.alloc(r.bytes[i], l[i].name);
+    for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] <= i; ++next_death) {
+      const size_t j = r.death_order[next_death];
+      if (j != 0 && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+    }
+  }
+  for (size_t j = 1; j < end; ++j)
+    if (!l[j].saved && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+  return st;
+}
+
 /// Backward of one list: in reverse order, each op creates its input gradient (the incoming one
 /// is released), its weight gradient if trained, and releases what it saved.
 /// `grad` is the gradient flowing in; returns the one flowing out.
-int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads) {
+/// `recompute` (checkpointing): torch.utils.checkpoint(use_reentrant=False) re-runs the forward
+/// when the backward first unpacks a saved tensor, so the ops at the end of the list that keep
+/// nothing (adds, casts, the LoRA scaling) run before it; it is called before the first entry
+/// whose predecessor is saved (its input, what its backward needs).
+int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads,
+             const std::function<void()>& recompute = {}) {
   const OpList& l = *r.ops;
   std::vector<Pending> pending;  // skip gradients of residual adds, waiting for their branch
   auto held = [&](int id) {
     return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
   };
+  bool recomputed = !recompute;
   for (size_t i = l.size(); i-- > 0;) {
+    if (!recomputed && (i == 0 || l[i - 1].saved)) recompute(), recomputed = true;
+    bool branch_done = false;
     for (size_t p = 0; p < pending.size();) {
       if (pending[p].target != i || pending[p].read) {
         ++p;
@@ -225,12 +260,22 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
       const int skip = pending[p].id;
       const bool in_place = pending[p].in_place;
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-      if (in_place && grad != skip && grad >= 0) {
+      if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place) {
+        // an op on the waiting branch (the frozen base Linear beside a LoRA adapter): its backward
+        // runs on the waiting gradient, then autograd sums its input gradient with the chain's
+        const int own = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
+        if (!held(skip)) sink.free(skip);  // a residual add further up may share it
+        const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
+        sink.free(own);
+        if (!held(grad)) sink.free(grad);
+        grad = sum;
+        branch_done = true;
+      } else if (in_place && grad != skip && grad >= 0) {
         if (!held(grad)) sink.free(grad);
         grad = skip;
       } else if (grad != skip && grad >= 0) {
-        const int sum = sink.alloc(r.sum_bytes[i]);  // branch + skip, summed by autograd
-        sink.free(skip);
+        const int sum = sink.alloc(r.sum_bytes[i], "grad_sum");  // branch + skip, summed by autograd
+        if (!held(skip)) sink.free(skip);
         if (!held(grad)) sink.free(grad);
         grad = sum;
       } else {
@@ -241,27 +286,57 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
     for (size_t b = 0; b < i; ++b)
       if (r.branch_from[b] == i && grad >= 0) pending.push_back({b, grad, false, true});
     if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
-    if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i]));
-    if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i]));
-    if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) pending.push_back({r.skip_to[i], grad});
-    if (r.grad_bytes[i] > 0) {
+    if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad", l[i].name));
+    if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
+    if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
+      // the waiting operand has another dtype (a half base output beside an fp32 adapter sum):
+      // autograd hands it a cast of the gradient
+      const bool cast = r.cast_bytes[i] > 0;
+      pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
+    }
+    if (r.grad_bytes[i] > 0 && !branch_done) {
       std::vector<int> temps;
-      for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i]));
-      const int g = sink.alloc(r.grad_bytes[i]);
+      for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], "grad_temp", l[i].name));
+      const int g = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
       for (int t : temps) sink.free(t);
       if (!held(grad)) sink.free(grad);
       grad = g;
     }
-    if (st.ids[i] >= 0) sink.free(st.ids[i]), st.ids[i] = -1;
+    for (size_t j : r.released_at[i])
+      if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
   }
-  for (const Pending& p : pending)
-    if (p.id != grad) sink.free(p.id);
+  for (size_t p = 0; p < pending.size(); ++p) {
+    const int id = pending[p].id;
+    const bool again = std::any_of(pending.begin() + static_cast<std::ptrdiff_t>(p) + 1, pending.end(),
+                                   [&](const Pending& q) { return q.id == id; });
+    if (id != grad && !again) sink.free(id);
+  }
   return grad;
 }
 
 /// Parameter tensors of one decoder layer, in module order (bytes), and which are trained.
+/// From the ModelSpec's Linears: each weight (and bias), the norms, then the adapters (PEFT's
+/// A [r, in] and B [out, r] per target, in the adapter dtype).
+std::vector<ParamTensor> spec_layer_params(const StepSetup& s) {
+  const u64 m = s.dtypes.model, ad = s.dtypes.adapter;
+  std::vector<ParamTensor> p;
+  for (const StepSetup::LayerLinear& l : s.linears) {
+    p.push_back({mul(l.in, l.out, m), s.layer.full});
+    if (l.bias) p.push_back({mul(l.out, m), s.layer.full});
+  }
+  for (u64 left = s.norm_params; left > 0;) {  // one tensor per hidden-wide norm
+    const u64 n = std::min(left, s.dims.h);
+    p.push_back({mul(n, m), s.layer.full});
+    left -= n;
+  }
+  for (const StepSetup::LayerLinear& l : s.linears)
+    if (l.adapted) p.push_back({mul(s.dims.r, l.in, ad), true}), p.push_back({mul(l.out, s.dims.r, ad), true});
+  return p;
+}
+
 std::vector<ParamTensor> layer_params(const StepSetup& s) {
   if (!s.layer_weights.empty()) return s.layer_weights;
+  if (!s.linears.empty()) return spec_layer_params(s);
   const Dims& d = s.dims;
   const u64 m = s.dtypes.model, ad = s.dtypes.adapter;
   const bool full = s.layer.full;
@@ -318,8 +393,8 @@ void run(Sink& sink, const StepSetup& s) {
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
-  for (const ParamTensor& t : op) sink.alloc(t.bytes);
-  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes); });
+  for (const ParamTensor& t : op) sink.alloc(t.bytes, "parameter");
+  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, "parameter"); });
   const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
   std::vector<ListState> states(rest);
   ListState state0;
@@ -327,10 +402,10 @@ void run(Sink& sink, const StepSetup& s) {
   std::vector<int> outer_grads, outer_state, grads0;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
-      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8));  // input_ids (labels: the same tensor)
+      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), "input_ids");  // input_ids (labels: the same tensor)
       if (step == 0 && micro == 0)
-        for (u64 w : s.workspaces) sink.alloc(w);  // kept by the cuBLAS handle (PyTorch creates them at
-                                                   // the first matmul, a few tensors later)
+        for (u64 w : s.workspaces) sink.alloc(w, "workspace");  // kept by the cuBLAS handle (PyTorch creates them
+                                                                // at the first matmul, a few tensors later)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
       if (first_differs) {
@@ -355,29 +430,49 @@ void run(Sink& sink, const StepSetup& s) {
         sink.repeat(rest, layer_forward);
       }
       if (returned >= 0) sink.free(returned);
-      // tensors the decoder stack shares (the eager causal mask) die when it returns
-      for (size_t i = 0; i < emb_l.size(); ++i)
-        if (emb_l[i].dies_after == "decoder_end") sink.free(e.ids[i]), e.ids[i] = -1;
+      // tensors the decoder stack shares (the eager causal mask) die when it returns; under
+      // checkpointing each checkpoint keeps those it is given as inputs of its recomputation
+      // until the backward of the stack is over (torch.utils.checkpoint saves its tensor inputs)
+      auto free_shared = [&](bool checkpoint_inputs) {
+        for (size_t i = 0; i < emb_l.size(); ++i)
+          if (emb_l[i].dies_after == "decoder_end" && e.ids[i] >= 0 && (checkpoint_inputs || !emb_l[i].checkpoint_input))
+            sink.free(e.ids[i]), e.ids[i] = -1;
+      };
+      free_shared(!s.checkpointing);
       ListState h = forward(sink, head, carried, false, false);
       int grad = backward(sink, head, h, -1, micro == 0);
       for (int g : h.weight_grads) outer_grads.push_back(g);
       sink.repeat(rest, [&](u64 k) {
         ListState& st = states[sink.slot(rest - 1 - k)];
-        if (s.checkpointing) {
+        auto recompute = [&] {
           const int input = st.ids[0];
-          st = forward(sink, layer, input, false, true, true);  // recomputation; its output is not kept
-          sink.free(st.out);
-          st.ids[0] = input;
-        }
-        grad = backward(sink, layer, st, grad, micro == 0);
+          std::vector<int> grads = std::move(st.weight_grads);
+          st = recompute_forward(sink, layer, input);
+          st.weight_grads = std::move(grads);
+        };
+        grad = s.checkpointing ? backward(sink, layer, st, grad, micro == 0, recompute)
+                               : backward(sink, layer, st, grad, micro == 0);
         if (micro == 0) layer_grads[sink.slot(rest - 1 - k)] = st.weight_grads;
       });
       if (first_differs) {
         grad = backward(sink, first, state0, grad, micro == 0);
         if (micro == 0) grads0 = state0.weight_grads;
       }
+      free_shared(true);
       grad = backward(sink, emb, e, grad, micro == 0);
       for (int g : e.weight_grads) outer_grads.push_back(g);
+      if (s.tied_embeddings && s.layer.full && micro == 0 && !h.weight_grads.empty()) {
+        // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
+        // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
+        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h])
+        const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
+        const int dense = sink.alloc(vh, "embed.weight_grad");
+        const int sum = sink.alloc(vh, "tied_weight_grad");
+        sink.free(dense);
+        auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
+        sink.free(*head_grad);
+        *head_grad = sum;
+      }
       sink.free(grad);
       sink.free(ids);
     }
@@ -390,14 +485,14 @@ void run(Sink& sink, const StepSetup& s) {
     };
     const std::vector<u64> tl = trained(lp), to = trained(op);
     if (step == 0) {
-      for (u64 b : to) outer_state.push_back(sink.alloc(b)), outer_state.push_back(sink.alloc(b));
-      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) sink.alloc(b), sink.alloc(b); });
+      for (u64 b : to) outer_state.push_back(sink.alloc(b, "optimizer_state")), outer_state.push_back(sink.alloc(b, "optimizer_state"));
+      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state"); });
     }
     if (s.optimizer == StepOptimizer::AdamWForeach) {
       std::vector<int> tmp;
-      for (u64 b : to) tmp.push_back(sink.alloc(b));
+      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
       std::vector<std::vector<int>> ltmp(s.layers);
-      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b)); });
+      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, "optimizer_temp")); });
       for (int t : tmp) sink.free(t);
       sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
     }
@@ -487,14 +582,18 @@ std::vector<ListTable> tensor_tables(const StepSetup& s) {
 
 namespace {
 
-/// The families the lists describe: a model family's lists, and what its setup needs beyond the
-/// Llama fields (nullptr: nothing).
+/// The one table from a model family to its lists: the family's lists (kLlamaLists: the
+/// Llama-like lists, which apply the family's `edits`, layer_ops_rms.cpp / layer_ops_moe.cpp; the
+/// LayerNorm families' own lists, layer_ops_layernorm.cpp), what its setup needs beyond the
+/// Llama fields, and which runs the lists describe.
 struct FamilyRow {
   std::string_view family;
   const FamilyLists* lists;
-  void (*complete)(const Request&, StepSetup&);
-  bool all_linear_lora_only;  ///< LoRA only on every Linear (the lists name no q/v-only variant)
-  bool hidden_dropout = false;  ///< the lists model residual and embedding dropout (p > 0)
+  const FamilyEdits* edits;                     ///< edits of the Llama-like lists (nullptr: none)
+  void (*complete)(const Request&, StepSetup&);  ///< nullptr: nothing beyond the Llama fields
+  bool autocast = false;                        ///< the autocast edit covers it (amp_bf16 / amp_fp16)
+  bool all_linear_lora_only = false;  ///< LoRA only on every Linear (the lists name no q/v-only variant)
+  bool hidden_dropout = false;        ///< the lists model residual and embedding dropout (p > 0)
   /// LoRA under checkpointing is described (false: the backward of a checkpointed LoRA layer piles up
   /// more than the gradient chain of the lists holds)
   bool lora_checkpointed = true;
@@ -503,6 +602,57 @@ struct FamilyRow {
   /// read another causal bias buffer; their tensors are the global layers')
   bool windows_alike = false;
 };
+
+constexpr FamilyRow kFamilies[] = {
+    {"llama", &kLlamaLists, nullptr, nullptr, true},
+    {"mistral", &kLlamaLists, nullptr, nullptr, true},
+    {"qwen2", &kLlamaLists, nullptr, nullptr, true},
+    {"qwen3", &kLlamaLists, &kQwen3Edits, nullptr, true},
+    {"phi3", &kLlamaLists, &kPhi3Edits, nullptr},
+    {"gemma", &kLlamaLists, &kGemmaEdits, nullptr},
+    {"gemma2", &kLlamaLists, &kGemma2Edits, nullptr},
+    {"mixtral", &kLlamaLists, &kMixtralEdits, nullptr},
+    {"qwen2_moe", &kLlamaLists, &kQwen2MoeEdits, nullptr},
+    {"qwen3_moe", &kLlamaLists, &kQwen3MoeEdits, nullptr},
+    {"gpt_neox", &kGptNeoxLists, nullptr, &complete_layernorm_setup, false, true},
+    {"falcon", &kFalconLists, nullptr, &complete_falcon_setup, false, true},
+    {"phi", &kPhiLists, nullptr, &complete_layernorm_setup, false, true, true},
+    {"starcoder2", &kStarcoder2Lists, nullptr, &complete_layernorm_setup, false, true, true},
+    {"stablelm", &kStableLmLists, nullptr, &complete_layernorm_setup, false, true, true},
+    {"gpt2", &kGpt2Lists, nullptr, &complete_layernorm_setup, false, true, true, true, true},
+    {"bloom", &kBloomLists, nullptr, &complete_layernorm_setup, false, true, true},
+    // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B)
+    {"gptj", &kGptjLists, nullptr, &complete_gptj_setup, false, true},
+    {"gpt_neo", &kGptNeoLists, nullptr, &complete_layernorm_setup, false, true, true, true, true, true},
+    // BioGPT + LoRA + checkpointing: the OPT-like layer's backward misses as OPT's does (-3.2 %)
+    {"biogpt", &kBioGptLists, nullptr, &complete_layernorm_setup, false, true, true, false, true},
+    {"gpt_bigcode", &kGptBigCodeLists, nullptr, &complete_layernorm_setup, false, true, true, true, true},
+    // OPT + LoRA + checkpointing: the recorded trace of opt/lora/fp32/gc/eager peaks in fc2's
+    // backward with four [T, i] tensors (relu's output, the adapter's and the frozen base's input
+    // gradients, their out-of-place sum); the lists' gradient chain holds three (-4.4 %)
+    {"opt", &kOptLists, nullptr, &complete_layernorm_setup, false, true, true, false},
+};
+
+const FamilyRow* family_row(std::string_view f) {
+  for (const FamilyRow& row : kFamilies)
+    if (row.family == f) return &row;
+  return nullptr;
+}
+
+/// Identical decoder layers: one group, or groups that differ only in their sliding window where
+/// attention is eager (its masks are built once for the whole decoder).
+bool identical_layers(const ModelSpec& m, bool eager) {
+  const LayerGroup& g = m.groups.front();
+  return std::all_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& o) {
+    const bool same_linears = std::equal(g.linears.begin(), g.linears.end(), o.linears.begin(), o.linears.end(),
+                                         [](const Linear& a, const Linear& b) {
+                                           return a.name == b.name && a.in == b.in && a.out == b.out && a.bias == b.bias;
+                                         });
+    return same_linears && o.other_params == g.other_params && o.moe == g.moe &&
+           o.mlp_intermediate == g.mlp_intermediate && o.rope == g.rope && !o.frozen &&
+           (o.sliding_window == g.sliding_window || eager);
+  });
+}
 
 /// Every layer group has the first one's tensors (they may differ in the attention window only).
 bool groups_alike(const ModelSpec& m) {
@@ -515,48 +665,20 @@ bool groups_alike(const ModelSpec& m) {
   return true;
 }
 
-constexpr FamilyRow kFamilies[] = {
-    {"llama", &kLlamaLists, nullptr, false},
-    {"mistral", &kLlamaLists, nullptr, false},
-    {"qwen2", &kLlamaLists, nullptr, false},
-    {"gpt_neox", &kGptNeoxLists, &complete_layernorm_setup, true},
-    {"falcon", &kFalconLists, &complete_falcon_setup, true},
-    {"phi", &kPhiLists, &complete_layernorm_setup, true, true},
-    {"starcoder2", &kStarcoder2Lists, &complete_layernorm_setup, true, true},
-    {"stablelm", &kStableLmLists, &complete_layernorm_setup, true, true},
-    {"gpt2", &kGpt2Lists, &complete_layernorm_setup, true, true, true, true},
-    {"bloom", &kBloomLists, &complete_layernorm_setup, true, true},
-    // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B)
-    {"gptj", &kGptjLists, &complete_gptj_setup, true},
-    {"gpt_neo", &kGptNeoLists, &complete_layernorm_setup, true, true, true, true, true},
-    // BioGPT + LoRA + checkpointing: the OPT-like layer's backward misses as OPT's does (-3.2 %)
-    {"biogpt", &kBioGptLists, &complete_layernorm_setup, true, true, false, true},
-    {"gpt_bigcode", &kGptBigCodeLists, &complete_layernorm_setup, true, true, true, true},
-    // OPT + LoRA + checkpointing: the recorded trace of opt/lora/fp32/gc/eager peaks in fc2's
-    // backward with four [T, i] tensors (relu's output, the adapter's and the frozen base's input
-    // gradients, their out-of-place sum); the lists' gradient chain holds three (-4.4 %)
-    {"opt", &kOptLists, &complete_layernorm_setup, true, true, false},
-};
-
-const FamilyRow* family_row(const std::string& family) {
-  for (const FamilyRow& f : kFamilies)
-    if (f.family == family) return &f;
-  return nullptr;
-}
-
 }  // namespace
 
 std::optional<StepSetup> step_setup(const Request& r) {
   const ModelSpec& m = r.model;
   const FamilyRow* row = family_row(m.family);
   const bool family = row != nullptr;
+  const bool amp = r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16;
   const bool precision = r.precision == Precision::Fp32 || r.precision == Precision::Bf16 ||
-                         r.precision == Precision::Fp16;
+                         r.precision == Precision::Fp16 || amp;
   const bool task = r.task == Task::Full || r.task == Task::Lora;
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
-  const bool one_list = m.groups.size() == 1 || (family && row->windows_alike && groups_alike(m));
-  if (!family || !precision || !task || !single || !optimizer || !one_list ||
+  if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
+      !(identical_layers(m, r.attention == AttentionImpl::Eager) || (row->windows_alike && groups_alike(m))) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       (m.attention_dropout > 0 && !row->attention_dropout) ||
       ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
@@ -567,22 +689,43 @@ std::optional<StepSetup> step_setup(const Request& r) {
   if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
   const LayerGroup& g = m.groups.front();
+  const bool window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
+  // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
+  if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
+    return std::nullopt;
   StepSetup s;
-  s.layer.half = r.precision != Precision::Fp32;
+  s.layer.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
   s.layer.eager = r.attention == AttentionImpl::Eager;
   s.layer.gqa = m.kv_heads < m.heads;
   s.layer.full = r.task == Task::Full;
   s.layer.lora_all = r.task == Task::Lora && r.lora.all_linear;
   s.layer.lora_qv = r.task == Task::Lora && qv;
-  s.layer.window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
+  s.layer.window_mask = window_mask;
+  s.layer.autocast = amp;
+  s.layer.family = row->edits;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
-            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim};
+            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
+            g.experts, g.experts_per_token, g.shared_intermediate};
+  // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
+  if (g.moe && r.task != Task::Full) return std::nullopt;
   s.dtypes.model = s.layer.half ? 2 : 4;
   s.dtypes.adapter = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   s.layers = m.layers;
   s.checkpointing = r.gradient_checkpointing;
   s.tied_embeddings = m.tied_embeddings;
   for (const Linear& l : g.linears) s.qkv_bias = s.qkv_bias || (l.name == "q_proj" && l.bias);
+  bool after_routed_in = false;
+  for (const Linear& l : g.linears) {
+    const bool target = r.task == Task::Lora && (r.lora.all_linear || std::find(r.lora.targets.begin(),
+                                                                                   r.lora.targets.end(), l.name) !=
+                                                                         r.lora.targets.end());
+    // Transformers 5 fuses the routed experts: one gate_up_proj [E, 2i, h] and one down_proj
+    const bool routed_in = l.routed && l.input == LinearInput::MlpIn;
+    if (routed_in && after_routed_in) s.linears.back().out = add(s.linears.back().out, mul(l.out, l.copies));
+    else s.linears.push_back({l.in, mul(l.out, l.copies), l.bias, target});
+    after_routed_in = routed_in;
+  }
+  s.norm_params = g.other_params;
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
@@ -591,9 +734,10 @@ std::optional<StepSetup> step_setup(const Request& r) {
   return s;
 }
 
-std::vector<std::int64_t> step_trace(const StepSetup& s) {
+std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names) {
   Sink sink(true, false);
   run(sink, s);
+  if (names) *names = sink.take_names();
   return sink.take_trace();
 }
 

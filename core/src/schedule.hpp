@@ -49,11 +49,20 @@ struct StepSetup {
   /// Parameter tensors in module order: of one decoder layer (LoRA adapters after the layer's
   /// own), and outside the layers. Empty: the Llama layout computed from the dims.
   std::vector<ParamTensor> layer_weights, outer_weights;
+  /// The Linears of one layer as the model file has them (in, out, bias, a LoRA target), from the
+  /// ModelSpec; empty: the Llama layout of `dims` (tests).
+  struct LayerLinear {
+    u64 in = 0, out = 0;
+    bool bias = false, adapted = false;
+  };
+  std::vector<LayerLinear> linears;
+  u64 norm_params = 0;           ///< norm weights of one layer (elements), with `linears`
 };
 
-/// The setups the lists describe: llama / mistral / qwen2 and the LayerNorm families of
-/// layer_ops_layernorm.hpp, fp32 or bf16/fp16 (no autocast), full or LoRA, eager or SDPA,
-/// single GPU, AdamW. nullopt for anything else.
+/// The setups the lists describe (the families of schedule.cpp's table: llama / mistral / qwen2,
+/// the RMSNorm and MoE families of layer_ops_rms.hpp, the LayerNorm families of
+/// layer_ops_layernorm.hpp), fp32 or bf16/fp16 (autocast where the table says so), full or LoRA,
+/// eager or SDPA, single GPU, AdamW. nullopt for anything else.
 [[nodiscard]] std::optional<StepSetup> step_setup(const Request& r);
 
 /// The lists one step runs through: the embedding (rotary tables, masks, the embedding output),
@@ -88,7 +97,8 @@ struct ListTable {
 [[nodiscard]] std::vector<ListTable> tensor_tables(const StepSetup& s);
 
 /// The whole run as the tracker records it: n > 0 allocates n bytes, -k - 1 frees allocation k.
-[[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s);
+/// `names`, if given, receives the name of each allocation (a list entry, "grad_in", "parameter", ...).
+[[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names = nullptr);
 
 /// Peak live bytes of the run, by the periodic shortcut.
 [[nodiscard]] u64 peak_allocated(const StepSetup& s);
