@@ -29,10 +29,35 @@ struct Block {
   bool small = false, allocated = false, mapped = true;
 };
 
+/// Free blocks by (size, address, block), as a sorted vector: a step inserts and erases free
+/// blocks tens of thousands of times among a few hundred, where a tree's node allocations cost
+/// more than moving the tail of a flat array.
+class FreeBlocks {
+ public:
+  using Key = std::tuple<u64, u64, int>;
+  using iterator = std::vector<Key>::iterator;
+  void emplace(u64 size, u64 ptr, int i) {
+    const Key k{size, ptr, i};
+    keys_.insert(lower_bound(k), k);
+  }
+  void erase(const Key& k) {
+    const iterator it = lower_bound(k);
+    if (it != keys_.end() && *it == k) keys_.erase(it);
+  }
+  iterator erase(iterator it) { return keys_.erase(it); }
+  iterator lower_bound(const Key& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
+  iterator begin() { return keys_.begin(); }
+  iterator end() { return keys_.end(); }
+  [[nodiscard]] bool empty() const { return keys_.empty(); }
+
+ private:
+  std::vector<Key> keys_;
+};
+
 /// Free blocks by (size, address): lower_bound is the best fit. Unmapped ranges by address.
 struct Pool {
   bool small = false;
-  std::set<std::tuple<u64, u64, int>> free;
+  FreeBlocks free;
   std::set<std::pair<u64, int>> unmapped;
 };
 
