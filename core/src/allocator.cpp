@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <set>
 #include <string>
-#include <tuple>
 
 #include "memfit/error.hpp"
 
@@ -29,29 +28,35 @@ struct Block {
   bool small = false, allocated = false, mapped = true;
 };
 
-/// Free blocks by (size, address, block), as a sorted vector: a step inserts and erases free
-/// blocks tens of thousands of times among a few hundred, where a tree's node allocations cost
-/// more than moving the tail of a flat array.
+/// Free blocks by (size, address), as a sorted vector: a step inserts and erases free blocks
+/// tens of thousands of times among a few dozen, where a tree's node allocations cost more than
+/// moving the tail of a flat array. The key is a plain struct so that moving the tail is one
+/// memmove; (size, address) is unique among a pool's free blocks, the block index rides along.
+struct FreeKey {
+  u64 size = 0, ptr = 0;
+  int block = kNone;
+  friend bool operator<(const FreeKey& a, const FreeKey& b) { return a.size != b.size ? a.size < b.size : a.ptr < b.ptr; }
+};
+
 class FreeBlocks {
  public:
-  using Key = std::tuple<u64, u64, int>;
-  using iterator = std::vector<Key>::iterator;
+  using iterator = std::vector<FreeKey>::iterator;
   void emplace(u64 size, u64 ptr, int i) {
-    const Key k{size, ptr, i};
+    const FreeKey k{size, ptr, i};
     keys_.insert(lower_bound(k), k);
   }
-  void erase(const Key& k) {
+  void erase(const FreeKey& k) {
     const iterator it = lower_bound(k);
-    if (it != keys_.end() && *it == k) keys_.erase(it);
+    if (it != keys_.end() && it->size == k.size && it->ptr == k.ptr) keys_.erase(it);
   }
   iterator erase(iterator it) { return keys_.erase(it); }
-  iterator lower_bound(const Key& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
+  iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
   iterator begin() { return keys_.begin(); }
   iterator end() { return keys_.end(); }
   [[nodiscard]] bool empty() const { return keys_.empty(); }
 
  private:
-  std::vector<Key> keys_;
+  std::vector<FreeKey> keys_;
 };
 
 /// Free blocks by (size, address): lower_bound is the best fit. Unmapped ranges by address.
@@ -131,15 +136,15 @@ u64 expandable_size(const Sim& s, const Block& b) {  // what a free tail block c
 int get_free_block(Sim& s, Pool& pool, u64 size) {
   auto it = pool.free.lower_bound({size, 0, kNone});
   if (it == pool.free.end()) return kNone;
-  auto grows_to = [&](auto i) { return expandable_size(s, at(s, std::get<2>(*i))); };
-  if (at(s, std::get<2>(*it)).expandable != kNone) {
+  auto grows_to = [&](auto i) { return expandable_size(s, at(s, i->block)); };
+  if (at(s, it->block).expandable != kNone) {
     // A free block that can still grow counts at the size it can grow to.
     for (auto next = std::next(it); next != pool.free.end() && grows_to(next) < grows_to(it); ++next) it = next;
   }
-  const u64 found = std::get<0>(*it);
+  const u64 found = it->size;
   if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
   if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return kNone;
-  const int i = std::get<2>(*it);
+  const int i = it->block;
   pool.free.erase(it);
   return i;
 }
@@ -314,7 +319,7 @@ void unmap_block(Sim& s, int i) {
 void release_cached_blocks(Sim& s) {
   for (Pool* pool : {&s.large, &s.small}) {
     std::vector<int> candidates;
-    for (const auto& e : pool->free) candidates.push_back(std::get<2>(e));
+    for (const auto& e : pool->free) candidates.push_back(e.block);
     for (int i : candidates) {
       const Block& b = at(s, i);
       if (b.expandable != kNone) unmap_block(s, i);
@@ -331,16 +336,16 @@ bool release_available_cached_blocks(Sim& s, Pool& pool, u64 size) {
   auto whole = [&](int i) { return at(s, i).prev == kNone && at(s, i).next == kNone && at(s, i).expandable == kNone; };
   auto it = pool.free.lower_bound({key, 0, kNone});
   if (it != pool.free.end()) {
-    if (!whole(std::get<2>(*it))) return false;
-    release_block(s, std::get<2>(*it));
+    if (!whole(it->block)) return false;
+    release_block(s, it->block);
     return true;
   }
   u64 released = 0;
   while (released < key && !pool.free.empty()) {
     const auto last = std::prev(pool.free.end());
-    if (std::get<0>(*last) < s.cfg.max_split_size || !whole(std::get<2>(*last))) break;
-    released += std::get<0>(*last);
-    release_block(s, std::get<2>(*last));
+    if (last->size < s.cfg.max_split_size || !whole(last->block)) break;
+    released += last->size;
+    release_block(s, last->block);
   }
   return released >= key;
 }
@@ -492,6 +497,7 @@ Config config_from_alloc_conf(const std::string& conf) {
 Result simulate(const std::vector<Event>& trace, const Config& c) {
   Sim s;
   s.cfg = c;
+  s.live.reserve(trace.size());
   for (size_t n = 0; n < trace.size(); ++n) {
     const Event& e = trace[n];
     if (!e.free) {
