@@ -41,7 +41,16 @@ class Sink {
   void repeat(u64 n, const std::function<void(u64)>& body) {
     if (n == 0) return;
     if (record_) {
-      for (u64 k = 0; k < n; ++k) body(k);
+      const size_t first = trace_.size();
+      size_t length = 0;
+      bool equal = true;
+      for (u64 k = 0; k < n; ++k) {
+        const size_t before = trace_.size();
+        body(k);
+        if (k == 0) length = trace_.size() - before;
+        equal = equal && trace_.size() - before == length;
+      }
+      if (equal && length > 0 && n >= 3) loops_.push_back({first, length, static_cast<size_t>(n)});
       return;
     }
     const u64 before = live_, outer_peak = peak_;
@@ -57,11 +66,13 @@ class Sink {
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
   [[nodiscard]] u64 peak() const { return peak_; }
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
+  std::vector<Loop> take_loops() { return std::move(loops_); }
 
  private:
   bool record_, round_;
   std::vector<u64> sizes_;
   std::vector<std::int64_t> trace_;
+  std::vector<Loop> loops_;  ///< the per-layer loops of the trace (iterations of equal length)
   u64 live_ = 0, peak_ = 0;
 };
 
@@ -387,6 +398,13 @@ std::vector<std::int64_t> step_trace(const StepSetup& s) {
   Sink sink(true, false);
   run(sink, s);
   return sink.take_trace();
+}
+
+Trace step_trace_with_loops(const StepSetup& s) {
+  Sink sink(true, false);
+  run(sink, s);
+  Trace t{sink.take_trace(), sink.take_loops()};
+  return t;
 }
 
 u64 peak_allocated(const StepSetup& s) {
