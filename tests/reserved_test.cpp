@@ -128,3 +128,82 @@ TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
   }
   std::printf("\n%d traced cases covered by step_setup, %d within 3 %%\n", covered, within);
 }
+
+namespace {
+
+bool same_stats(const alloc::Stats& a, const alloc::Stats& b) {
+  return a.allocated == b.allocated && a.peak_allocated == b.peak_allocated && a.requested == b.requested &&
+         a.peak_requested == b.peak_requested && a.reserved == b.reserved && a.peak_reserved == b.peak_reserved &&
+         a.allocated_at_peak_reserved == b.allocated_at_peak_reserved && a.segments == b.segments &&
+         a.peak_segments == b.peak_segments && a.device_allocs == b.device_allocs && a.device_frees == b.device_frees &&
+         a.retries == b.retries && a.oom == b.oom && a.oom_event == b.oom_event && a.oom_bytes == b.oom_bytes;
+}
+
+bool same_segments(const std::vector<alloc::SegmentView>& a, const std::vector<alloc::SegmentView>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const alloc::SegmentView& x, const alloc::SegmentView& y) {
+    return x.small_pool == y.small_pool &&
+           std::equal(x.blocks.begin(), x.blocks.end(), y.blocks.begin(), y.blocks.end(), [](const auto& p, const auto& q) {
+             return p.size == q.size && p.allocated == q.allocated && p.mapped == q.mapped;
+           });
+  });
+}
+
+}  // namespace
+
+TEST_CASE("the periodic shortcut gives the full simulation's stats and segments, bit for bit", "[reserved]") {
+  // Configurations of every family step_setup covers, 1..80 layers, spread over micro-batch,
+  // sequence, LoRA / full, precision, checkpointing, attention, optimizer, accumulation, cuBLAS
+  // workspaces and PYTORCH_CUDA_ALLOC_CONF (expandable segments, max_split_size_mb, rounding).
+  const std::vector<std::string> models{"meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-0.5B", "mistralai/Mistral-7B-v0.1",
+                                        "meta-llama/Meta-Llama-3-8B"};
+  const std::vector<std::string> confs{"", "expandable_segments:True", "max_split_size_mb:128",
+                                       "roundup_power2_divisions:4", "max_split_size_mb:512,expandable_segments:True",
+                                       "max_split_size_mb:20,max_non_split_rounding_mb:64"};
+  const std::vector<std::pair<u64, u64>> shapes{{1, 128}, {2, 512}, {1, 2048}, {4, 1024}, {8, 256}, {3, 333}};
+  size_t cases = 0, extrapolated = 0, simulated = 0, with_shortcut = 0;
+  u64 skipped = 0, events = 0;
+  std::map<std::string, std::pair<size_t, size_t>> by_conf;  // conf -> (periods extrapolated, simulated)
+  for (size_t m = 0; m < models.size(); ++m)
+    for (u64 layers : {1, 2, 3, 4, 7, 16, 32, 80})
+      for (size_t v = 0; v < 10; ++v) {
+        const size_t h = m * 7 + layers * 13 + v * 31;  // a spread of the variants, the same every run
+        json j = {{"model", {{"id", models[m]}}},
+                  {"task", h % 3 == 0 ? "full" : "lora"},
+                  {"precision", h % 4 == 1 ? "fp32" : "bf16"},
+                  {"micro_batch_size", shapes[h % shapes.size()].first},
+                  {"sequence_length", shapes[h % shapes.size()].second},
+                  {"gradient_checkpointing", (h / 2) % 2 == 0},
+                  {"attention", h % 5 == 0 ? "eager" : "sdpa"},
+                  {"optimizer", h % 7 == 3 ? "adamw_fused" : "adamw"},
+                  {"gradient_accumulation_steps", h % 11 == 4 ? 2 : 1},
+                  {"runtime", {{"alloc_conf", confs[(h / 3 + v) % confs.size()]}}}};
+        if (h % 3 == 2) j["lora"] = {{"targets", "all-linear"}};
+        Request r = parse_request(j, &lookup);
+        r.model.layers = layers;
+        auto s = sched::step_setup(r);
+        REQUIRE(s);
+        if (v % 2 == 0) s->workspaces = {8 * MiB + MiB / 8, MiB};
+        const alloc::Config c = alloc::config_from_alloc_conf(confs[(h / 3 + v) % confs.size()]);
+        const std::vector<std::int64_t> trace = sched::step_trace(*s);
+        const alloc::Result full = alloc::simulate(alloc::events_from_signed(trace), c);
+        const alloc::Result fast = sched::simulated_step(*s, c);
+        INFO(j.dump() << " layers " << layers);
+        CHECK(same_stats(full.stats, fast.stats));
+        CHECK(same_segments(full.segments, fast.segments));
+        ++cases;
+        extrapolated += fast.periods_extrapolated;
+        simulated += fast.periods_simulated;
+        with_shortcut += fast.periods_extrapolated > 0 ? 1 : 0;
+        skipped += fast.events_skipped;
+        events += trace.size();
+        by_conf[confs[(h / 3 + v) % confs.size()]].first += fast.periods_extrapolated;
+        by_conf[confs[(h / 3 + v) % confs.size()]].second += fast.periods_simulated;
+      }
+  std::printf("periodic shortcut: %zu configurations, %zu with a shortcut; per-layer loops: %zu extrapolated, "
+              "%zu simulated in full (fallback); %llu of %llu events not simulated (%.1f %%)\n",
+              cases, with_shortcut, extrapolated, simulated, static_cast<unsigned long long>(skipped),
+              static_cast<unsigned long long>(events), 100.0 * static_cast<double>(skipped) / static_cast<double>(events));
+  for (const auto& [conf, n] : by_conf)
+    std::printf("  alloc_conf \"%s\": %zu extrapolated, %zu simulated in full\n", conf.c_str(), n.first, n.second);
+  CHECK(extrapolated > 0);  // the shortcut is exercised, not only its fallback
+}

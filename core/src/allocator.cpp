@@ -6,9 +6,9 @@
 #include "memfit/allocator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <set>
 #include <string>
-#include <tuple>
 
 #include "memfit/error.hpp"
 
@@ -29,10 +29,42 @@ struct Block {
   bool small = false, allocated = false, mapped = true;
 };
 
+/// Free blocks by (size, address), as a sorted vector: a step inserts and erases free blocks
+/// tens of thousands of times among a few dozen, where a tree's node allocations cost more than
+/// moving the tail of a flat array. The key is a plain struct so that moving the tail is one
+/// memmove; (size, address) is unique among a pool's free blocks, the block index rides along.
+struct FreeKey {
+  u64 size = 0, ptr = 0;
+  int block = kNone;
+  friend bool operator<(const FreeKey& a, const FreeKey& b) { return a.size != b.size ? a.size < b.size : a.ptr < b.ptr; }
+};
+
+class FreeBlocks {
+ public:
+  using iterator = std::vector<FreeKey>::iterator;
+  void emplace(u64 size, u64 ptr, int i) {
+    const FreeKey k{size, ptr, i};
+    keys_.insert(lower_bound(k), k);
+  }
+  void erase(const FreeKey& k) {
+    const iterator it = lower_bound(k);
+    if (it != keys_.end() && it->size == k.size && it->ptr == k.ptr) keys_.erase(it);
+  }
+  iterator erase(iterator it) { return keys_.erase(it); }
+  iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
+  iterator begin() { return keys_.begin(); }
+  iterator end() { return keys_.end(); }
+  [[nodiscard]] const std::vector<FreeKey>& keys() const { return keys_; }
+  [[nodiscard]] bool empty() const { return keys_.empty(); }
+
+ private:
+  std::vector<FreeKey> keys_;
+};
+
 /// Free blocks by (size, address): lower_bound is the best fit. Unmapped ranges by address.
 struct Pool {
   bool small = false;
-  std::set<std::tuple<u64, u64, int>> free;
+  FreeBlocks free;
   std::set<std::pair<u64, int>> unmapped;
 };
 
@@ -106,15 +138,15 @@ u64 expandable_size(const Sim& s, const Block& b) {  // what a free tail block c
 int get_free_block(Sim& s, Pool& pool, u64 size) {
   auto it = pool.free.lower_bound({size, 0, kNone});
   if (it == pool.free.end()) return kNone;
-  auto grows_to = [&](auto i) { return expandable_size(s, at(s, std::get<2>(*i))); };
-  if (at(s, std::get<2>(*it)).expandable != kNone) {
+  auto grows_to = [&](auto i) { return expandable_size(s, at(s, i->block)); };
+  if (at(s, it->block).expandable != kNone) {
     // A free block that can still grow counts at the size it can grow to.
     for (auto next = std::next(it); next != pool.free.end() && grows_to(next) < grows_to(it); ++next) it = next;
   }
-  const u64 found = std::get<0>(*it);
+  const u64 found = it->size;
   if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
   if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return kNone;
-  const int i = std::get<2>(*it);
+  const int i = it->block;
   pool.free.erase(it);
   return i;
 }
@@ -289,7 +321,7 @@ void unmap_block(Sim& s, int i) {
 void release_cached_blocks(Sim& s) {
   for (Pool* pool : {&s.large, &s.small}) {
     std::vector<int> candidates;
-    for (const auto& e : pool->free) candidates.push_back(std::get<2>(e));
+    for (const auto& e : pool->free) candidates.push_back(e.block);
     for (int i : candidates) {
       const Block& b = at(s, i);
       if (b.expandable != kNone) unmap_block(s, i);
@@ -306,16 +338,16 @@ bool release_available_cached_blocks(Sim& s, Pool& pool, u64 size) {
   auto whole = [&](int i) { return at(s, i).prev == kNone && at(s, i).next == kNone && at(s, i).expandable == kNone; };
   auto it = pool.free.lower_bound({key, 0, kNone});
   if (it != pool.free.end()) {
-    if (!whole(std::get<2>(*it))) return false;
-    release_block(s, std::get<2>(*it));
+    if (!whole(it->block)) return false;
+    release_block(s, it->block);
     return true;
   }
   u64 released = 0;
   while (released < key && !pool.free.empty()) {
     const auto last = std::prev(pool.free.end());
-    if (std::get<0>(*last) < s.cfg.max_split_size || !whole(std::get<2>(*last))) break;
-    released += std::get<0>(*last);
-    release_block(s, std::get<2>(*last));
+    if (last->size < s.cfg.max_split_size || !whole(last->block)) break;
+    released += last->size;
+    release_block(s, last->block);
   }
   return released >= key;
 }
@@ -464,30 +496,303 @@ Config config_from_alloc_conf(const std::string& conf) {
   return c;
 }
 
+namespace {
+
+/// One event of a trace; false at an out-of-memory (recorded in the stats).
+bool apply_event(Sim& s, const std::vector<Event>& trace, size_t n) {
+  const Event& e = trace[n];
+  if (!e.free) {
+    const int i = malloc_block(s, e.value);
+    if (i == kNone) {
+      s.st.oom = true;
+      s.st.oom_event = n;
+      s.st.oom_bytes = e.value;
+      return false;
+    }
+    s.live.push_back(i);
+    return true;
+  }
+  if (e.value >= s.live.size() || s.live[e.value] == kNone)
+    throw Error("allocation trace: event " + std::to_string(n) + " frees allocation " + std::to_string(e.value) +
+                ", which is not live (a trace lists each allocation once, then its one free)");
+  free_block(s, s.live[e.value]);
+  s.live[e.value] = kNone;
+  return true;
+}
+
+/// Events [begin, end); false at an out-of-memory.
+bool apply_events(Sim& s, const std::vector<Event>& trace, size_t begin, size_t end) {
+  for (size_t n = begin; n < end; ++n)
+    if (!apply_event(s, trace, n)) return false;
+  return true;
+}
+
+Result finish(Sim& s) {
+  if (s.st.allocated_at_peak_reserved == kNoLimit) s.st.allocated_at_peak_reserved = s.st.allocated;
+  return {s.st, segment_views(s)};
+}
+
+}  // namespace
+
 Result simulate(const std::vector<Event>& trace, const Config& c) {
   Sim s;
   s.cfg = c;
-  for (size_t n = 0; n < trace.size(); ++n) {
-    const Event& e = trace[n];
-    if (!e.free) {
-      const int i = malloc_block(s, e.value);
-      if (i == kNone) {
-        s.st.oom = true;
-        s.st.oom_event = n;
-        s.st.oom_bytes = e.value;
-        break;
-      }
-      s.live.push_back(i);
-      continue;
-    }
-    if (e.value >= s.live.size() || s.live[e.value] == kNone)
-      throw Error("allocation trace: event " + std::to_string(n) + " frees allocation " + std::to_string(e.value) +
-                  ", which is not live (a trace lists each allocation once, then its one free)");
-    free_block(s, s.live[e.value]);
-    s.live[e.value] = kNone;
+  s.live.reserve(trace.size());
+  apply_events(s, trace, 0, trace.size());
+  return finish(s);
+}
+
+// The periodic shortcut. Why extrapolating is exact:
+// Split the state at the start of an iteration into RELEVANT blocks -- cached free blocks,
+// unmapped ranges of expandable segments, and the allocated blocks the iteration frees without
+// having allocated them ("pending", each known by the position of its free in the iteration) --
+// and INERT blocks, every other allocated block. An inert block is not freed during the
+// iteration, so it is never searched, split or merged; it only stops its neighbours' merges, as
+// any allocated block does. Every decision of the allocator (best fit by size then address,
+// splits, merges, new segments at next_address above every existing one, pages mapped from an
+// unmapped range) reads the relevant blocks, the allocated/free state of their neighbours, the
+// pool, the config and next_address; with no device limit nothing is ever released.
+// Let iterations k and k+1 be isomorphic (same requests; frees of their own allocations at the
+// same relative numbers; frees of older allocations at the same positions) and the relevant
+// blocks at the start of k+1 equal those at the start of k (addresses, sizes, mapping; pending:
+// requested bytes and freeing position). Then k+1 takes k's decisions one for one, its new
+// segments lying d = next_address(k+1) - next_address(k) higher: old blocks compare with the same
+// old blocks, new ones lie above all old ones in both, and keep their order among themselves. So
+// k+1 leaves the old segments as k left them, except that the pending blocks now hold k+1's
+// allocations, and adds copies of k's new segments d higher, which hold only inert blocks (a
+// relevant block there would have had an address no start state had). The start of k+2 then has
+// the relevant blocks of the start of k+1 again, as long as k+2 frees, at each position that
+// frees an older allocation, k+1's allocation of the number k+1 freed of k there; by induction,
+// every later iteration repeats k. The shortcut checks exactly these conditions (relevant blocks
+// equal; every later iteration isomorphic, its older frees D allocations on; no block allocated in
+// k left live but inert in an old segment), copies k's new segments once per remaining iteration
+// (d higher, allocation numbers D higher), renumbers the pending blocks, and adds k's changes to
+// the counters. Allocated and requested bytes move by the same amount each iteration and rise by
+// the same amount within it, so the peak is the highest start plus k's rise; reserved only grows.
+
+namespace {
+
+/// The state at the start of an iteration, as far as the shortcut compares and extrapolates it.
+struct Boundary {
+  bool valid = false;  ///< false: the iteration frees an allocation that is not live
+  std::vector<FreeKey> free_small, free_large;      ///< cached blocks, in free-list order
+  std::vector<std::pair<u64, u64>> unmapped;        ///< (address, size) of unmapped ranges
+  std::vector<std::array<u64, 3>> pending;          ///< (address, size, requested) by freeing position
+  std::vector<size_t> pending_ids;                  ///< their allocation numbers
+  std::vector<size_t> pending_at;                   ///< the positions of their frees in the iteration
+  Stats st;
+  u64 next_address = 0;
+  int expandable_segments = 0;
+  size_t allocations = 0;  ///< allocations before the iteration
+};
+
+bool same_keys(const std::vector<FreeKey>& a, const std::vector<FreeKey>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const FreeKey& x, const FreeKey& y) { return x.size == y.size && x.ptr == y.ptr; });
+}
+
+bool same_relevant(const Boundary& a, const Boundary& b) {
+  return a.valid && b.valid && same_keys(a.free_small, b.free_small) && same_keys(a.free_large, b.free_large) &&
+         a.unmapped == b.unmapped && a.pending == b.pending && a.pending_at == b.pending_at;
+}
+
+Boundary boundary_at(Sim& s, const std::vector<Event>& trace, size_t begin, size_t length) {
+  Boundary b;
+  b.st = s.st;
+  b.next_address = s.next_address;
+  b.expandable_segments = s.expandable_segments;
+  b.allocations = s.live.size();
+  b.free_small = s.small.free.keys();
+  b.free_large = s.large.free.keys();
+  for (const Pool* pool : {&s.small, &s.large})
+    for (const auto& [ptr, i] : pool->unmapped) b.unmapped.emplace_back(ptr, at(s, i).size);
+  for (size_t p = 0; p < length; ++p) {
+    const Event& e = trace[begin + p];
+    if (!e.free || e.value >= b.allocations) continue;
+    if (s.live[e.value] == kNone) return b;
+    const Block& blk = at(s, s.live[e.value]);
+    b.pending.push_back({blk.ptr, blk.size, blk.requested});
+    b.pending_ids.push_back(e.value);
+    b.pending_at.push_back(p);
   }
-  if (s.st.allocated_at_peak_reserved == kNoLimit) s.st.allocated_at_peak_reserved = s.st.allocated;
-  return {s.st, segment_views(s)};
+  b.valid = true;
+  return b;
+}
+
+/// Whether iterations k+1 .. n-1 of the period repeat iteration k: the same requests, frees of
+/// their own allocations at the same relative numbers, and frees of older allocations that take,
+/// from iteration j-1, the allocation of the number iteration k+1 took from k.
+bool iterations_repeat(const std::vector<Event>& t, const Period& p, size_t k, size_t base_k, size_t allocs) {
+  auto ev = [&](size_t j, size_t pos) -> const Event& { return t[p.first + j * p.length + pos]; };
+  for (size_t pos = 0; pos < p.length; ++pos) {
+    const Event& ek = ev(k, pos);
+    const Event& e1 = ev(k + 1, pos);
+    const bool older = ek.free && ek.value < base_k;
+    if (older && (!e1.free || e1.value < base_k || e1.value >= base_k + allocs)) return false;
+    for (size_t j = k + 1; j < p.iterations; ++j) {
+      const Event& ej = ev(j, pos);
+      if (ej.free != ek.free) return false;
+      const u64 want = !ek.free ? ek.value : older ? e1.value + (j - k - 1) * allocs : ek.value + (j - k) * allocs;
+      if (ej.value != want) return false;
+    }
+  }
+  return true;
+}
+
+/// Counts of iteration k's allocations that are still live at the start of k+1 and lie in the
+/// segments k created (-> `fresh`, by address); false if any other than a pending one is live.
+bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std::pair<int, size_t>>& fresh) {
+  size_t live_from_k = 0;
+  for (size_t id = k.allocations; id < k1.allocations; ++id) {
+    const int i = s.live[id];
+    if (i == kNone) continue;
+    ++live_from_k;
+    if (at(s, i).ptr >= k.next_address) fresh.emplace_back(i, id);
+  }
+  // every block of the new segments must be one of these (the new segments hold no free block:
+  // the free lists are equal); the rest of k's live allocations must be k+1's pending blocks
+  for (const auto& [i, id] : fresh)
+    for (int b : {at(s, i).prev, at(s, i).next})
+      if (b != kNone && !at(s, b).allocated) return false;
+  std::sort(fresh.begin(), fresh.end(), [&](const auto& a, const auto& b) { return at(s, a.first).ptr < at(s, b.first).ptr; });
+  return live_from_k == fresh.size() + k1.pending.size();
+}
+
+u64 shifted(u64 start, std::int64_t delta, u64 times) {
+  return static_cast<u64>(static_cast<std::int64_t>(start) + delta * static_cast<std::int64_t>(times));
+}
+
+/// Copies iteration k's new segments `m` times, `d` bytes of address and `allocs` numbers apart.
+void copy_fresh(Sim& s, const std::vector<std::pair<int, size_t>>& fresh, u64 d, size_t allocs, size_t m) {
+  std::vector<int> copy(fresh.size());
+  auto position = [&](int block) {
+    for (size_t f = 0; f < fresh.size(); ++f)
+      if (fresh[f].first == block) return static_cast<int>(f);
+    return kNone;
+  };
+  std::vector<std::pair<int, int>> links;  // (prev, next) positions in `fresh`
+  for (const auto& [i, id] : fresh)
+    links.emplace_back(at(s, i).prev == kNone ? kNone : position(at(s, i).prev),
+                       at(s, i).next == kNone ? kNone : position(at(s, i).next));
+  for (size_t t = 1; t <= m; ++t) {
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      Block b = at(s, fresh[f].first);
+      b.ptr += d * t;
+      copy[f] = new_block(s, b);
+      s.live[fresh[f].second + t * allocs] = copy[f];
+    }
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      at(s, copy[f]).prev = links[f].first == kNone ? kNone : copy[static_cast<size_t>(links[f].first)];
+      at(s, copy[f]).next = links[f].second == kNone ? kNone : copy[static_cast<size_t>(links[f].second)];
+    }
+  }
+}
+
+/// Adds m more iterations like k (start `k`, end `k1`) to the counters; `rise_*`: k's peak above its start.
+void extend_stats(Stats& st, const Stats& k, const Stats& k1, u64 rise_allocated, u64 rise_requested, u64 m) {
+  const std::int64_t da = static_cast<std::int64_t>(k1.allocated) - static_cast<std::int64_t>(k.allocated);
+  const std::int64_t dq = static_cast<std::int64_t>(k1.requested) - static_cast<std::int64_t>(k.requested);
+  const u64 top_allocated = shifted(k1.allocated, da, da > 0 ? m - 1 : 0), top_requested = shifted(k1.requested, dq, dq > 0 ? m - 1 : 0);
+  st.allocated = shifted(k1.allocated, da, m);
+  st.requested = shifted(k1.requested, dq, m);
+  st.peak_allocated = std::max(st.peak_allocated, top_allocated + rise_allocated);
+  st.peak_requested = std::max(st.peak_requested, top_requested + rise_requested);
+  const u64 dr = k1.reserved - k.reserved;  // reserved never shrinks without a device limit
+  st.reserved += dr * m;
+  st.peak_reserved = std::max(st.peak_reserved, st.reserved);
+  if (dr > 0) st.allocated_at_peak_reserved = shifted(k1.allocated_at_peak_reserved, da, m);
+  st.segments += (k1.segments - k.segments) * m;
+  st.peak_segments = std::max(st.peak_segments, st.segments);
+  st.device_allocs += (k1.device_allocs - k.device_allocs) * m;
+  st.device_frees += (k1.device_frees - k.device_frees) * m;
+  st.retries += (k1.retries - k.retries) * m;
+}
+
+/// Applies the iterations after k+1's start (m of them) as repeats of k; false (nothing changed)
+/// when the state is not what the argument above needs.
+bool extrapolate(Sim& s, const Boundary& k, const Boundary& k1, u64 rise_allocated, u64 rise_requested, size_t m) {
+  const size_t allocs = k1.allocations - k.allocations;
+  std::vector<std::pair<int, size_t>> fresh;
+  if (k1.expandable_segments != k.expandable_segments || !fresh_blocks(s, k, k1, fresh)) return false;
+  s.live.resize(k1.allocations + m * allocs, kNone);
+  copy_fresh(s, fresh, k1.next_address - k.next_address, allocs, m);
+  for (size_t id : k1.pending_ids) {
+    s.live[id + m * allocs] = s.live[id];
+    s.live[id] = kNone;
+  }
+  s.next_address += (k1.next_address - k.next_address) * m;
+  extend_stats(s.st, k.st, k1.st, rise_allocated, rise_requested, m);
+  return true;
+}
+
+/// The peaks of allocated and requested bytes within one iteration (the outer ones kept apart).
+struct LocalPeaks {
+  u64 outer_allocated = 0, outer_requested = 0, start_allocated = 0, start_requested = 0;
+  void open(Stats& st) {
+    outer_allocated = st.peak_allocated, outer_requested = st.peak_requested;
+    start_allocated = st.allocated, start_requested = st.requested;
+    st.peak_allocated = st.allocated, st.peak_requested = st.requested;
+  }
+  /// Restores the outer peaks; returns the rises above the iteration's start.
+  std::pair<u64, u64> close(Stats& st) const {
+    const std::pair<u64, u64> rise{st.peak_allocated - start_allocated, st.peak_requested - start_requested};
+    st.peak_allocated = std::max(outer_allocated, st.peak_allocated);
+    st.peak_requested = std::max(outer_requested, st.peak_requested);
+    return rise;
+  }
+};
+
+/// A period's iterations one by one, comparing each start with the previous one and extrapolating
+/// the rest once they repeat. False at an out-of-memory.
+bool run_period(Sim& s, const std::vector<Event>& trace, const Period& p, Result& r) {
+  Boundary previous;
+  LocalPeaks peaks;
+  std::pair<u64, u64> rise{0, 0};
+  for (size_t j = 0; j < p.iterations; ++j) {
+    const size_t begin = p.first + j * p.length;
+    if (j > 0) rise = peaks.close(s.st);
+    Boundary now = boundary_at(s, trace, begin, p.length);
+    if (j > 0 && same_relevant(previous, now) &&
+        iterations_repeat(trace, p, j - 1, previous.allocations, now.allocations - previous.allocations) &&
+        extrapolate(s, previous, now, rise.first, rise.second, p.iterations - j)) {
+      ++r.periods_extrapolated;
+      r.events_skipped += (p.iterations - j) * p.length;
+      return true;
+    }
+    peaks.open(s.st);
+    if (!apply_events(s, trace, begin, begin + p.length)) {
+      peaks.close(s.st);
+      return false;
+    }
+    previous = std::move(now);
+  }
+  peaks.close(s.st);
+  ++r.periods_simulated;
+  return true;
+}
+
+}  // namespace
+
+Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (c.device_limit != kNoLimit) return simulate(trace, c);  // releases break the argument
+  Sim s;
+  s.cfg = c;
+  s.live.reserve(trace.size());
+  Result r;
+  size_t n = 0;
+  bool ok = true;
+  for (const Period& p : periods) {
+    if (p.first < n || p.iterations < 3 || p.length == 0 || p.first + p.length * p.iterations > trace.size()) continue;
+    ok = apply_events(s, trace, n, p.first) && run_period(s, trace, p, r);
+    if (!ok) break;
+    n = p.first + p.length * p.iterations;
+  }
+  if (ok) apply_events(s, trace, n, trace.size());
+  Result done = finish(s);
+  done.periods_extrapolated = r.periods_extrapolated;
+  done.periods_simulated = r.periods_simulated;
+  done.events_skipped = r.events_skipped;
+  return done;
 }
 
 }  // namespace memfit::alloc

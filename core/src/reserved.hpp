@@ -12,4 +12,8 @@ namespace memfit::sched {
 /// releases a segment, so the peak is what it holds at the end).
 [[nodiscard]] u64 simulated_reserved(const StepSetup& s, const alloc::Config& c);
 
+/// The run's allocator simulation (alloc::simulate_periodic over the per-layer loops of the trace):
+/// the same Result as alloc::simulate of step_trace(s).
+[[nodiscard]] alloc::Result simulated_step(const StepSetup& s, const alloc::Config& c);
+
 }  // namespace memfit::sched

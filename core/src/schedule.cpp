@@ -23,12 +23,13 @@ namespace {
 /// Receives allocations and frees; `repeat` runs a per-layer loop.
 class Sink {
  public:
-  Sink(bool record, bool round_512) : record_(record), round_(round_512) {}
+  /// `names`: record each allocation's name too (step_trace's callers that ask for them).
+  Sink(bool record, bool round_512, bool names = false) : record_(record), round_(round_512), names_on_(names) {}
 
   /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging).
   int alloc(u64 bytes, std::string_view what = "other", std::string_view of = {}) {
     if (bytes == 0) return -1;
-    if (record_) names_.push_back(of.empty() ? std::string(what) : std::string(what) + ":" + std::string(of));
+    if (names_on_) names_.push_back(of.empty() ? std::string(what) : std::string(what) + ":" + std::string(of));
     const u64 b = round_ ? round_up(bytes, 512) : bytes;
     sizes_.push_back(b);
     live_ = add(live_, b);
@@ -45,7 +46,16 @@ class Sink {
   void repeat(u64 n, const std::function<void(u64)>& body) {
     if (n == 0) return;
     if (record_) {
-      for (u64 k = 0; k < n; ++k) body(k);
+      const size_t first = trace_.size();
+      size_t length = 0;
+      bool equal = true;
+      for (u64 k = 0; k < n; ++k) {
+        const size_t before = trace_.size();
+        body(k);
+        if (k == 0) length = trace_.size() - before;
+        equal = equal && trace_.size() - before == length;
+      }
+      if (equal && length > 0 && n >= 3) loops_.push_back({first, length, static_cast<size_t>(n)});
       return;
     }
     const u64 before = live_, outer_peak = peak_;
@@ -62,12 +72,14 @@ class Sink {
   [[nodiscard]] u64 peak() const { return peak_; }
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
   std::vector<std::string> take_names() { return std::move(names_); }
+  std::vector<Loop> take_loops() { return std::move(loops_); }
 
  private:
-  bool record_, round_;
+  bool record_, round_, names_on_;
   std::vector<u64> sizes_;
   std::vector<std::int64_t> trace_;
   std::vector<std::string> names_;
+  std::vector<Loop> loops_;  ///< the per-layer loops of the trace (iterations of equal length)
   u64 live_ = 0, peak_ = 0;
 };
 
@@ -735,10 +747,17 @@ std::optional<StepSetup> step_setup(const Request& r) {
 }
 
 std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names) {
-  Sink sink(true, false);
+  Sink sink(true, false, names != nullptr);
   run(sink, s);
   if (names) *names = sink.take_names();
   return sink.take_trace();
+}
+
+Trace step_trace_with_loops(const StepSetup& s) {
+  Sink sink(true, false);
+  run(sink, s);
+  Trace t{sink.take_trace(), sink.take_loops()};
+  return t;
 }
 
 u64 peak_allocated(const StepSetup& s) {

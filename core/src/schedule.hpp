@@ -100,6 +100,19 @@ struct ListTable {
 /// `names`, if given, receives the name of each allocation (a list entry, "grad_in", "parameter", ...).
 [[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names = nullptr);
 
+/// A per-layer loop of a trace: `iterations` back-to-back runs of `length` events from event `first`
+/// (the trace sink's repeat, where every iteration has as many events).
+struct Loop {
+  size_t first = 0, length = 0, iterations = 0;
+};
+struct Trace {
+  std::vector<std::int64_t> events;  ///< as step_trace
+  std::vector<Loop> loops;           ///< in trace order
+};
+
+/// step_trace, with where its per-layer loops are (hints for alloc::simulate_periodic).
+[[nodiscard]] Trace step_trace_with_loops(const StepSetup& s);
+
 /// Peak live bytes of the run, by the periodic shortcut.
 [[nodiscard]] u64 peak_allocated(const StepSetup& s);
 
