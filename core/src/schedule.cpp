@@ -246,6 +246,72 @@ ListState recompute_forward(Sink& sink, const Resolved& r, int input) {
   return st;
 }
 
+bool held(const std::vector<Pending>& pending, int id) {
+  return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
+}
+
+/// The gradients waiting at entry i meet the one arriving there (`grad`): a residual's skip
+/// gradient is summed with it (a new tensor), a parked branch gradient takes it in place, and
+/// beside a LoRA adapter the frozen base Linear's backward runs on the waiting gradient before
+/// its input gradient is summed with the chain's. Returns whether entry i's input gradient was
+/// made (that last case).
+bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>& pending, int& grad) {
+  const OpList& l = *r.ops;
+  bool own_made = false;
+  for (size_t p = 0; p < pending.size();) {
+    if (pending[p].target != i || pending[p].read) {
+      ++p;
+      continue;
+    }
+    const int skip = pending[p].id;
+    const bool in_place = pending[p].in_place;
+    pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
+    if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place) {
+      const int own = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
+      if (!held(pending, skip)) sink.free(skip);  // a residual add further up may share it
+      const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
+      sink.free(own);
+      if (!held(pending, grad)) sink.free(grad);
+      grad = sum;
+      own_made = true;
+    } else if (in_place && grad != skip && grad >= 0) {
+      if (!held(pending, grad)) sink.free(grad);
+      grad = skip;
+    } else if (grad != skip && grad >= 0) {
+      const int sum = sink.alloc(r.sum_bytes[i], "grad_sum");  // branch + skip, summed by autograd
+      if (!held(pending, skip)) sink.free(skip);
+      if (!held(pending, grad)) sink.free(grad);
+      grad = sum;
+    } else {
+      grad = skip;
+    }
+  }
+  return own_made;
+}
+
+/// What entry i's backward creates: its weight (and bias) gradient in the first micro-batch, the
+/// skip gradient a residual add hands back (cast when the waiting operand has another dtype: a
+/// half base output beside an fp32 adapter sum), and its input gradient (beside the temporaries
+/// its backward holds), which replaces the incoming one.
+void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std::vector<Pending>& pending,
+                     int& grad, bool new_weight_grads, bool input_grad_made) {
+  const OpList& l = *r.ops;
+  if (r.weight_bytes[i] > 0 && new_weight_grads)
+    st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad", l[i].name));
+  if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
+  if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
+    const bool cast = r.cast_bytes[i] > 0;
+    pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
+  }
+  if (r.grad_bytes[i] == 0 || input_grad_made) return;
+  std::vector<int> temps;
+  for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], "grad_temp", l[i].name));
+  const int g = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
+  for (int t : temps) sink.free(t);
+  if (!held(pending, grad)) sink.free(grad);
+  grad = g;
+}
+
 /// Backward of one list: in reverse order, each op creates its input gradient (the incoming one
 /// is released), its weight gradient if trained, and releases what it saved.
 /// `grad` is the gradient flowing in; returns the one flowing out.
@@ -256,64 +322,16 @@ ListState recompute_forward(Sink& sink, const Resolved& r, int input) {
 int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads,
              const std::function<void()>& recompute = {}) {
   const OpList& l = *r.ops;
-  std::vector<Pending> pending;  // skip gradients of residual adds, waiting for their branch
-  auto held = [&](int id) {
-    return std::any_of(pending.begin(), pending.end(), [&](const Pending& p) { return p.id == id; });
-  };
+  std::vector<Pending> pending;  // gradients waiting at an earlier entry (residual skips, branches)
   bool recomputed = !recompute;
   for (size_t i = l.size(); i-- > 0;) {
     if (!recomputed && (i == 0 || l[i - 1].saved)) recompute(), recomputed = true;
-    bool branch_done = false;
-    for (size_t p = 0; p < pending.size();) {
-      if (pending[p].target != i || pending[p].read) {
-        ++p;
-        continue;
-      }
-      const int skip = pending[p].id;
-      const bool in_place = pending[p].in_place;
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-      if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place) {
-        // an op on the waiting branch (the frozen base Linear beside a LoRA adapter): its backward
-        // runs on the waiting gradient, then autograd sums its input gradient with the chain's
-        const int own = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
-        if (!held(skip)) sink.free(skip);  // a residual add further up may share it
-        const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
-        sink.free(own);
-        if (!held(grad)) sink.free(grad);
-        grad = sum;
-        branch_done = true;
-      } else if (in_place && grad != skip && grad >= 0) {
-        if (!held(grad)) sink.free(grad);
-        grad = skip;
-      } else if (grad != skip && grad >= 0) {
-        const int sum = sink.alloc(r.sum_bytes[i], "grad_sum");  // branch + skip, summed by autograd
-        if (!held(skip)) sink.free(skip);
-        if (!held(grad)) sink.free(grad);
-        grad = sum;
-      } else {
-        grad = skip;
-      }
-    }
+    const bool input_grad_made = meet_waiting(sink, r, i, pending, grad);
     // a branch entry further down reads the gradient arriving here: hold it until then
     for (size_t b = 0; b < i; ++b)
       if (r.branch_from[b] == i && grad >= 0) pending.push_back({b, grad, false, true});
     if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
-    if (r.weight_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad", l[i].name));
-    if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
-    if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
-      // the waiting operand has another dtype (a half base output beside an fp32 adapter sum):
-      // autograd hands it a cast of the gradient
-      const bool cast = r.cast_bytes[i] > 0;
-      pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
-    }
-    if (r.grad_bytes[i] > 0 && !branch_done) {
-      std::vector<int> temps;
-      for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], "grad_temp", l[i].name));
-      const int g = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
-      for (int t : temps) sink.free(t);
-      if (!held(grad)) sink.free(grad);
-      grad = g;
-    }
+    entry_gradients(sink, r, i, st, pending, grad, new_weight_grads, input_grad_made);
     for (size_t j : r.released_at[i])
       if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
   }
