@@ -596,27 +596,31 @@ bool same_relevant(const Boundary& a, const Boundary& b) {
          a.unmapped == b.unmapped && a.pending == b.pending && a.pending_at == b.pending_at;
 }
 
-Boundary boundary_at(Sim& s, const std::vector<Event>& trace, size_t begin, size_t length) {
-  Boundary b;
+/// Fills `b` (its buffers reused) with the state at the start of the iteration at `begin`.
+void boundary_at(Sim& s, const std::vector<Event>& trace, size_t begin, size_t length, Boundary& b) {
+  b.valid = false;
   b.st = s.st;
   b.next_address = s.next_address;
   b.expandable_segments = s.expandable_segments;
   b.allocations = s.live.size();
-  b.free_small = s.small.free.keys();
-  b.free_large = s.large.free.keys();
+  b.free_small.assign(s.small.free.keys().begin(), s.small.free.keys().end());
+  b.free_large.assign(s.large.free.keys().begin(), s.large.free.keys().end());
+  b.unmapped.clear();
   for (const Pool* pool : {&s.small, &s.large})
     for (const auto& [ptr, i] : pool->unmapped) b.unmapped.emplace_back(ptr, at(s, i).size);
+  b.pending.clear();
+  b.pending_ids.clear();
+  b.pending_at.clear();
   for (size_t p = 0; p < length; ++p) {
     const Event& e = trace[begin + p];
     if (!e.free || e.value >= b.allocations) continue;
-    if (s.live[e.value] == kNone) return b;
+    if (s.live[e.value] == kNone) return;
     const Block& blk = at(s, s.live[e.value]);
     b.pending.push_back({blk.ptr, blk.size, blk.requested});
     b.pending_ids.push_back(e.value);
     b.pending_at.push_back(p);
   }
   b.valid = true;
-  return b;
 }
 
 /// Whether iterations k+1 .. n-1 of the period repeat iteration k: the same requests, frees of
@@ -745,13 +749,13 @@ struct LocalPeaks {
 /// A period's iterations one by one, comparing each start with the previous one and extrapolating
 /// the rest once they repeat. False at an out-of-memory.
 bool run_period(Sim& s, const std::vector<Event>& trace, const Period& p, Result& r) {
-  Boundary previous;
+  Boundary previous, now;  // reused: no allocation per layer once their buffers have grown
   LocalPeaks peaks;
   std::pair<u64, u64> rise{0, 0};
   for (size_t j = 0; j < p.iterations; ++j) {
     const size_t begin = p.first + j * p.length;
     if (j > 0) rise = peaks.close(s.st);
-    Boundary now = boundary_at(s, trace, begin, p.length);
+    boundary_at(s, trace, begin, p.length, now);
     if (j > 0 && same_relevant(previous, now) &&
         iterations_repeat(trace, p, j - 1, previous.allocations, now.allocations - previous.allocations) &&
         extrapolate(s, previous, now, rise.first, rise.second, p.iterations - j)) {
@@ -764,7 +768,7 @@ bool run_period(Sim& s, const std::vector<Event>& trace, const Period& p, Result
       peaks.close(s.st);
       return false;
     }
-    previous = std::move(now);
+    std::swap(previous, now);
   }
   peaks.close(s.st);
   ++r.periods_simulated;
