@@ -51,6 +51,12 @@ class FreeBlocks {
     if (it != keys_.end() && it->size == k.size && it->ptr == k.ptr) keys_.erase(it);
   }
   iterator erase(iterator it) { return keys_.erase(it); }
+  /// Replaces the key at `it` by a smaller one (a split's remainder): one shift of the keys between.
+  void replace(iterator it, const FreeKey& k) {
+    const iterator pos = std::lower_bound(keys_.begin(), it, k);
+    std::move_backward(pos, it, it + 1);
+    *pos = k;
+  }
   iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
   iterator begin() { return keys_.begin(); }
   iterator end() { return keys_.end(); }
@@ -134,21 +140,20 @@ u64 expandable_size(const Sim& s, const Block& b) {  // what a free tail block c
   return b.size + (next.mapped ? 0 : next.size);
 }
 
-/// get_free_block: the smallest cached block that fits, within the oversize rules.
-int get_free_block(Sim& s, Pool& pool, u64 size) {
+/// get_free_block: the smallest cached block that fits, within the oversize rules (left in the
+/// free list: take_cached_block takes it out); end() if none.
+FreeBlocks::iterator get_free_block(Sim& s, Pool& pool, u64 size) {
   auto it = pool.free.lower_bound({size, 0, kNone});
-  if (it == pool.free.end()) return kNone;
+  if (it == pool.free.end()) return it;
   auto grows_to = [&](auto i) { return expandable_size(s, at(s, i->block)); };
   if (at(s, it->block).expandable != kNone) {
     // A free block that can still grow counts at the size it can grow to.
     for (auto next = std::next(it); next != pool.free.end() && grows_to(next) < grows_to(it); ++next) it = next;
   }
   const u64 found = it->size;
-  if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
-  if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return kNone;
-  const int i = it->block;
-  pool.free.erase(it);
-  return i;
+  if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return pool.free.end();
+  if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return pool.free.end();
+  return it;
 }
 
 void note_reserved(Sim& s, u64 delta_plus, u64 delta_minus) {
@@ -357,19 +362,35 @@ int alloc_block(Sim& s, Pool& pool, u64 size) {
   return alloc_segment(s, pool, allocation_size(size));
 }
 
+/// Splits block i after `size` bytes; returns the remainder (not yet in a free list).
+int split_block(Sim& s, int i, u64 size) {
+  Block rest = at(s, i);
+  rest.ptr += size;
+  rest.size -= size;
+  rest.prev = i;
+  const int r = new_block(s, rest);
+  if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
+  at(s, i).next = r;
+  at(s, i).size = size;
+  return r;
+}
+
+/// A cached block found by get_free_block leaves the free list; when the split rules allow, its
+/// remainder takes its key's place there (the same order as an erase and an insert).
+int take_cached_block(Sim& s, Pool& pool, FreeBlocks::iterator it, u64 size) {
+  const int i = it->block;
+  if (!should_split(s, at(s, i), size)) {
+    pool.free.erase(it);
+    return i;
+  }
+  const int r = split_block(s, i, size);
+  pool.free.replace(it, {at(s, r).size, at(s, r).ptr, r});
+  return i;
+}
+
 /// alloc_found_block: splits off the remainder when the split rules allow, marks it allocated.
 int alloc_found_block(Sim& s, int i, u64 size, u64 requested) {
-  if (should_split(s, at(s, i), size)) {
-    Block rest = at(s, i);
-    rest.ptr += size;
-    rest.size -= size;
-    rest.prev = i;
-    const int r = new_block(s, rest);
-    if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
-    at(s, i).next = r;
-    at(s, i).size = size;
-    insert_free(s, r);
-  }
+  if (should_split(s, at(s, i), size)) insert_free(s, split_block(s, i, size));
   Block& b = at(s, i);
   b.allocated = true;
   b.requested = requested;
@@ -385,7 +406,8 @@ int alloc_found_block(Sim& s, int i, u64 size, u64 requested) {
 int malloc_block(Sim& s, u64 requested) {
   const u64 size = rounded_size(requested, s.cfg);
   Pool& pool = size <= kSmallSize ? s.small : s.large;
-  int i = get_free_block(s, pool, size);
+  const auto cached = get_free_block(s, pool, size);
+  int i = cached == pool.free.end() ? kNone : take_cached_block(s, pool, cached, size);
   if (i == kNone) i = alloc_block(s, pool, size);
   if (i == kNone && release_available_cached_blocks(s, pool, size)) i = alloc_block(s, pool, size);
   if (i == kNone) {
