@@ -51,11 +51,18 @@ class FreeBlocks {
     if (it != keys_.end() && it->size == k.size && it->ptr == k.ptr) keys_.erase(it);
   }
   iterator erase(iterator it) { return keys_.erase(it); }
-  /// Replaces the key at `it` by a smaller one (a split's remainder): one shift of the keys between.
+  /// Replaces the key at `it` by `k`: one shift of the keys between their places (the order an
+  /// erase and an insert give, without moving the tail twice).
   void replace(iterator it, const FreeKey& k) {
-    const iterator pos = std::lower_bound(keys_.begin(), it, k);
-    std::move_backward(pos, it, it + 1);
-    *pos = k;
+    if (k < *it) {
+      const iterator pos = std::lower_bound(keys_.begin(), it, k);
+      std::move_backward(pos, it, it + 1);
+      *pos = k;
+    } else {
+      const iterator pos = std::lower_bound(it + 1, keys_.end(), k);
+      std::move(it + 1, pos, it);
+      *(pos - 1) = k;
+    }
   }
   iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
   iterator begin() { return keys_.begin(); }
@@ -183,13 +190,10 @@ int alloc_segment(Sim& s, Pool& pool, u64 alloc_size) {
   return new_block(s, b);
 }
 
-/// try_merge_blocks: `src` (a neighbour of `dst`) joins `dst` when it is free and equally mapped.
-void try_merge(Sim& s, int dst, int src) {
-  if (src == kNone) return;
+/// `src`, a neighbour of `dst`, joins it (the free lists are the caller's business).
+void merge_links(Sim& s, int dst, int src) {
   Block& d = at(s, dst);
   Block& o = at(s, src);
-  if (o.allocated || o.mapped != d.mapped) return;
-  erase_free(s, src);
   if (d.prev == src) {
     d.ptr = o.ptr;
     d.prev = o.prev;
@@ -200,6 +204,16 @@ void try_merge(Sim& s, int dst, int src) {
   }
   d.size += o.size;
   s.spare.push_back(src);
+}
+
+/// try_merge_blocks: `src` (a neighbour of `dst`) joins `dst` when it is free and equally mapped.
+void try_merge(Sim& s, int dst, int src) {
+  if (src == kNone) return;
+  Block& d = at(s, dst);
+  Block& o = at(s, src);
+  if (o.allocated || o.mapped != d.mapped) return;
+  erase_free(s, src);
+  merge_links(s, dst, src);
 }
 
 u64 page_of(const Block& b) { return b.small ? kSmallBuffer : kLargeBuffer; }
@@ -418,15 +432,25 @@ int malloc_block(Sim& s, u64 requested) {
   return i == kNone ? kNone : alloc_found_block(s, i, size, requested);
 }
 
-/// free + free_block: the block returns to its pool, merged with free neighbours.
+/// free + free_block: the block returns to its pool, merged with free neighbours. The merged
+/// block's key takes the place of the first merged neighbour's key in the free list.
 void free_block(Sim& s, int i) {
   Block& b = at(s, i);
   b.allocated = false;
   s.st.allocated -= b.size;
   s.st.requested -= b.requested;
-  try_merge(s, i, at(s, i).prev);
-  try_merge(s, i, at(s, i).next);
-  insert_free(s, i);
+  auto merges = [&](int o) { return o != kNone && !at(s, o).allocated && at(s, o).mapped; };
+  const int first = merges(b.prev) ? b.prev : merges(b.next) ? b.next : kNone;
+  if (first == kNone) {
+    insert_free(s, i);
+    return;
+  }
+  const bool previous_first = first == b.prev;
+  const FreeKey slot{at(s, first).size, at(s, first).ptr, first};
+  merge_links(s, i, first);
+  if (previous_first) try_merge(s, i, at(s, i).next);
+  FreeBlocks& list = s.pool_of(at(s, i)).free;
+  list.replace(list.lower_bound(slot), {at(s, i).size, at(s, i).ptr, i});
 }
 
 std::vector<SegmentView> segment_views(Sim& s) {
