@@ -544,11 +544,29 @@ Config config_from_alloc_conf(const std::string& conf) {
 
 namespace {
 
+/// A trace, either as Events or in the compact signed form (with no 0 entries), read in place.
+class Trace {
+ public:
+  explicit Trace(const std::vector<Event>& t) : events_(t.data()), size_(t.size()) {}
+  explicit Trace(const std::vector<std::int64_t>& t) : compact_(t.data()), size_(t.size()) {}
+  [[nodiscard]] size_t size() const { return size_; }
+  Event operator[](size_t n) const {
+    if (events_) return events_[n];
+    const std::int64_t v = compact_[n];
+    return v > 0 ? Event{false, static_cast<u64>(v)} : Event{true, static_cast<u64>(-(v + 1))};
+  }
+
+ private:
+  const Event* events_ = nullptr;
+  const std::int64_t* compact_ = nullptr;
+  size_t size_ = 0;
+};
+
 /// Events [begin, end) of a trace; false at an out-of-memory (recorded in the stats). One function
 /// with its loop: the per-event work is the simulation's hot path.
-bool apply_events(Sim& s, const std::vector<Event>& trace, size_t begin, size_t end) {
+bool apply_events(Sim& s, const Trace& trace, size_t begin, size_t end) {
   for (size_t n = begin; n < end; ++n) {
-    const Event& e = trace[n];
+    const Event e = trace[n];
     if (!e.free) {
       const int i = malloc_block(s, e.value);
       if (i == kNone) {
@@ -580,7 +598,7 @@ Result simulate(const std::vector<Event>& trace, const Config& c) {
   Sim s;
   s.cfg = c;
   s.live.reserve(trace.size());
-  apply_events(s, trace, 0, trace.size());
+  apply_events(s, Trace(trace), 0, trace.size());
   return finish(s);
 }
 
@@ -639,7 +657,7 @@ bool same_relevant(const Boundary& a, const Boundary& b) {
 }
 
 /// Fills `b` (its buffers reused) with the state at the start of the iteration at `begin`.
-void boundary_at(Sim& s, const std::vector<Event>& trace, size_t begin, size_t length, Boundary& b) {
+void boundary_at(Sim& s, const Trace& trace, size_t begin, size_t length, Boundary& b) {
   b.valid = false;
   b.st = s.st;
   b.next_address = s.next_address;
@@ -654,7 +672,7 @@ void boundary_at(Sim& s, const std::vector<Event>& trace, size_t begin, size_t l
   b.pending_ids.clear();
   b.pending_at.clear();
   for (size_t p = 0; p < length; ++p) {
-    const Event& e = trace[begin + p];
+    const Event e = trace[begin + p];
     if (!e.free || e.value >= b.allocations) continue;
     if (s.live[e.value] == kNone) return;
     const Block& blk = at(s, s.live[e.value]);
@@ -668,15 +686,15 @@ void boundary_at(Sim& s, const std::vector<Event>& trace, size_t begin, size_t l
 /// Whether iterations k+1 .. n-1 of the period repeat iteration k: the same requests, frees of
 /// their own allocations at the same relative numbers, and frees of older allocations that take,
 /// from iteration j-1, the allocation of the number iteration k+1 took from k.
-bool iterations_repeat(const std::vector<Event>& t, const Period& p, size_t k, size_t base_k, size_t allocs) {
-  auto ev = [&](size_t j, size_t pos) -> const Event& { return t[p.first + j * p.length + pos]; };
+bool iterations_repeat(const Trace& t, const Period& p, size_t k, size_t base_k, size_t allocs) {
+  auto ev = [&](size_t j, size_t pos) { return t[p.first + j * p.length + pos]; };
   for (size_t pos = 0; pos < p.length; ++pos) {
-    const Event& ek = ev(k, pos);
-    const Event& e1 = ev(k + 1, pos);
+    const Event ek = ev(k, pos);
+    const Event e1 = ev(k + 1, pos);
     const bool older = ek.free && ek.value < base_k;
     if (older && (!e1.free || e1.value < base_k || e1.value >= base_k + allocs)) return false;
     for (size_t j = k + 1; j < p.iterations; ++j) {
-      const Event& ej = ev(j, pos);
+      const Event ej = ev(j, pos);
       if (ej.free != ek.free) return false;
       const u64 want = !ek.free ? ek.value : older ? e1.value + (j - k - 1) * allocs : ek.value + (j - k) * allocs;
       if (ej.value != want) return false;
@@ -790,7 +808,7 @@ struct LocalPeaks {
 
 /// A period's iterations one by one, comparing each start with the previous one and extrapolating
 /// the rest once they repeat. False at an out-of-memory.
-bool run_period(Sim& s, const std::vector<Event>& trace, const Period& p, Result& r) {
+bool run_period(Sim& s, const Trace& trace, const Period& p, Result& r) {
   Boundary previous, now;  // reused: no allocation per layer once their buffers have grown
   LocalPeaks peaks;
   std::pair<u64, u64> rise{0, 0};
@@ -826,8 +844,9 @@ bool run_period(Sim& s, const std::vector<Event>& trace, const Period& p, Result
 
 }  // namespace
 
-Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods, const Config& c) {
-  if (c.device_limit != kNoLimit) return simulate(trace, c);  // releases break the argument
+namespace {
+
+Result periodic(const Trace& trace, const std::vector<Period>& periods, const Config& c) {
   Sim s;
   s.cfg = c;
   s.live.reserve(trace.size());
@@ -846,6 +865,20 @@ Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Peri
   done.periods_simulated = r.periods_simulated;
   done.events_skipped = r.events_skipped;
   return done;
+}
+
+}  // namespace
+
+Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (c.device_limit != kNoLimit) return simulate(trace, c);  // releases break the argument
+  return periodic(Trace(trace), periods, c);
+}
+
+Result simulate_periodic(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (std::find(trace.begin(), trace.end(), 0) != trace.end())
+    throw Error("simulate_periodic: a compact trace with 0 entries (empty tensors) must go through events_from_signed");
+  if (c.device_limit != kNoLimit) return simulate(events_from_signed(trace), c);
+  return periodic(Trace(trace), periods, c);
 }
 
 }  // namespace memfit::alloc
