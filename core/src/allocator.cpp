@@ -703,9 +703,12 @@ bool iterations_repeat(const Trace& t, const Period& p, size_t k, size_t base_k,
   return true;
 }
 
-/// Counts of iteration k's allocations that are still live at the start of k+1 and lie in the
-/// segments k created (-> `fresh`, by address); false if any other than a pending one is live.
-bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std::pair<int, size_t>>& fresh) {
+/// Iteration k's allocations still live at the start of k+1 that lie in the segments k created:
+/// `fresh` (block, allocation number) by address, `links` their (prev, next) as positions in
+/// `fresh`. False unless the new segments hold only these and every other allocation of k left
+/// live is a pending block of k+1.
+bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std::pair<int, size_t>>& fresh,
+                  std::vector<std::pair<int, int>>& links) {
   size_t live_from_k = 0;
   for (size_t id = k.allocations; id < k1.allocations; ++id) {
     const int i = s.live[id];
@@ -713,12 +716,17 @@ bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std
     ++live_from_k;
     if (at(s, i).ptr >= k.next_address) fresh.emplace_back(i, id);
   }
-  // every block of the new segments must be one of these (the new segments hold no free block:
-  // the free lists are equal); the rest of k's live allocations must be k+1's pending blocks
-  for (const auto& [i, id] : fresh)
-    for (int b : {at(s, i).prev, at(s, i).next})
-      if (b != kNone && !at(s, b).allocated) return false;
   std::sort(fresh.begin(), fresh.end(), [&](const auto& a, const auto& b) { return at(s, a.first).ptr < at(s, b.first).ptr; });
+  auto position = [&](int block) {
+    for (size_t f = 0; f < fresh.size(); ++f)
+      if (fresh[f].first == block) return static_cast<int>(f);
+    return kNone;
+  };
+  for (const auto& [i, id] : fresh) {
+    const int prev = at(s, i).prev, next = at(s, i).next;
+    links.emplace_back(prev == kNone ? kNone : position(prev), next == kNone ? kNone : position(next));
+    if ((prev != kNone && links.back().first == kNone) || (next != kNone && links.back().second == kNone)) return false;
+  }
   return live_from_k == fresh.size() + k1.pending.size();
 }
 
@@ -727,17 +735,9 @@ u64 shifted(u64 start, std::int64_t delta, u64 times) {
 }
 
 /// Copies iteration k's new segments `m` times, `d` bytes of address and `allocs` numbers apart.
-void copy_fresh(Sim& s, const std::vector<std::pair<int, size_t>>& fresh, u64 d, size_t allocs, size_t m) {
+void copy_fresh(Sim& s, const std::vector<std::pair<int, size_t>>& fresh, const std::vector<std::pair<int, int>>& links,
+                u64 d, size_t allocs, size_t m) {
   std::vector<int> copy(fresh.size());
-  auto position = [&](int block) {
-    for (size_t f = 0; f < fresh.size(); ++f)
-      if (fresh[f].first == block) return static_cast<int>(f);
-    return kNone;
-  };
-  std::vector<std::pair<int, int>> links;  // (prev, next) positions in `fresh`
-  for (const auto& [i, id] : fresh)
-    links.emplace_back(at(s, i).prev == kNone ? kNone : position(at(s, i).prev),
-                       at(s, i).next == kNone ? kNone : position(at(s, i).next));
   for (size_t t = 1; t <= m; ++t) {
     for (size_t f = 0; f < fresh.size(); ++f) {
       Block b = at(s, fresh[f].first);
@@ -777,9 +777,10 @@ void extend_stats(Stats& st, const Stats& k, const Stats& k1, u64 rise_allocated
 bool extrapolate(Sim& s, const Boundary& k, const Boundary& k1, u64 rise_allocated, u64 rise_requested, size_t m) {
   const size_t allocs = k1.allocations - k.allocations;
   std::vector<std::pair<int, size_t>> fresh;
-  if (k1.expandable_segments != k.expandable_segments || !fresh_blocks(s, k, k1, fresh)) return false;
+  std::vector<std::pair<int, int>> links;
+  if (k1.expandable_segments != k.expandable_segments || !fresh_blocks(s, k, k1, fresh, links)) return false;
   s.live.resize(k1.allocations + m * allocs, kNone);
-  copy_fresh(s, fresh, k1.next_address - k.next_address, allocs, m);
+  copy_fresh(s, fresh, links, k1.next_address - k.next_address, allocs, m);
   for (size_t id : k1.pending_ids) {
     s.live[id + m * allocs] = s.live[id];
     s.live[id] = kNone;
