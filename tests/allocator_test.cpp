@@ -281,3 +281,12 @@ TEST_CASE("the periodic shortcut checks its hints: wrong periods or a differing 
   CHECK(same(simulate(odd), odd_fast));
   CHECK_THROWS_AS(simulate_periodic(events_from_signed({1000, 1000, 1000, -1, -1}), {{0, 1, 3}}), memfit::Error);
 }
+
+TEST_CASE("the periodic shortcut reads a compact trace in place, with the same result", "[allocator]") {
+  size_t first = 0, length = 0;
+  const std::vector<std::int64_t> compact = layer_trace(40, false, first, length);
+  const Result in_place = simulate_periodic(compact, {{first, length, 40}});
+  CHECK(in_place.periods_extrapolated == 1);
+  CHECK(same(simulate(events_from_signed(compact)), in_place));
+  CHECK_THROWS_AS(simulate_periodic(std::vector<std::int64_t>{1000, 0, -1}, {}), memfit::Error);  // 0: use events_from_signed
+}

@@ -51,6 +51,19 @@ class FreeBlocks {
     if (it != keys_.end() && it->size == k.size && it->ptr == k.ptr) keys_.erase(it);
   }
   iterator erase(iterator it) { return keys_.erase(it); }
+  /// Replaces the key at `it` by `k`: one shift of the keys between their places (the order an
+  /// erase and an insert give, without moving the tail twice).
+  void replace(iterator it, const FreeKey& k) {
+    if (k < *it) {
+      const iterator pos = std::lower_bound(keys_.begin(), it, k);
+      std::move_backward(pos, it, it + 1);
+      *pos = k;
+    } else {
+      const iterator pos = std::lower_bound(it + 1, keys_.end(), k);
+      std::move(it + 1, pos, it);
+      *(pos - 1) = k;
+    }
+  }
   iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
   iterator begin() { return keys_.begin(); }
   iterator end() { return keys_.end(); }
@@ -134,21 +147,20 @@ u64 expandable_size(const Sim& s, const Block& b) {  // what a free tail block c
   return b.size + (next.mapped ? 0 : next.size);
 }
 
-/// get_free_block: the smallest cached block that fits, within the oversize rules.
-int get_free_block(Sim& s, Pool& pool, u64 size) {
+/// get_free_block: the smallest cached block that fits, within the oversize rules (left in the
+/// free list: take_cached_block takes it out); end() if none.
+FreeBlocks::iterator get_free_block(Sim& s, Pool& pool, u64 size) {
   auto it = pool.free.lower_bound({size, 0, kNone});
-  if (it == pool.free.end()) return kNone;
+  if (it == pool.free.end()) return it;
   auto grows_to = [&](auto i) { return expandable_size(s, at(s, i->block)); };
   if (at(s, it->block).expandable != kNone) {
     // A free block that can still grow counts at the size it can grow to.
     for (auto next = std::next(it); next != pool.free.end() && grows_to(next) < grows_to(it); ++next) it = next;
   }
   const u64 found = it->size;
-  if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
-  if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return kNone;
-  const int i = it->block;
-  pool.free.erase(it);
-  return i;
+  if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return pool.free.end();
+  if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return pool.free.end();
+  return it;
 }
 
 void note_reserved(Sim& s, u64 delta_plus, u64 delta_minus) {
@@ -178,13 +190,10 @@ int alloc_segment(Sim& s, Pool& pool, u64 alloc_size) {
   return new_block(s, b);
 }
 
-/// try_merge_blocks: `src` (a neighbour of `dst`) joins `dst` when it is free and equally mapped.
-void try_merge(Sim& s, int dst, int src) {
-  if (src == kNone) return;
+/// `src`, a neighbour of `dst`, joins it (the free lists are the caller's business).
+void merge_links(Sim& s, int dst, int src) {
   Block& d = at(s, dst);
   Block& o = at(s, src);
-  if (o.allocated || o.mapped != d.mapped) return;
-  erase_free(s, src);
   if (d.prev == src) {
     d.ptr = o.ptr;
     d.prev = o.prev;
@@ -195,6 +204,16 @@ void try_merge(Sim& s, int dst, int src) {
   }
   d.size += o.size;
   s.spare.push_back(src);
+}
+
+/// try_merge_blocks: `src` (a neighbour of `dst`) joins `dst` when it is free and equally mapped.
+void try_merge(Sim& s, int dst, int src) {
+  if (src == kNone) return;
+  Block& d = at(s, dst);
+  Block& o = at(s, src);
+  if (o.allocated || o.mapped != d.mapped) return;
+  erase_free(s, src);
+  merge_links(s, dst, src);
 }
 
 u64 page_of(const Block& b) { return b.small ? kSmallBuffer : kLargeBuffer; }
@@ -357,19 +376,35 @@ int alloc_block(Sim& s, Pool& pool, u64 size) {
   return alloc_segment(s, pool, allocation_size(size));
 }
 
+/// Splits block i after `size` bytes; returns the remainder (not yet in a free list).
+int split_block(Sim& s, int i, u64 size) {
+  Block rest = at(s, i);
+  rest.ptr += size;
+  rest.size -= size;
+  rest.prev = i;
+  const int r = new_block(s, rest);
+  if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
+  at(s, i).next = r;
+  at(s, i).size = size;
+  return r;
+}
+
+/// A cached block found by get_free_block leaves the free list; when the split rules allow, its
+/// remainder takes its key's place there (the same order as an erase and an insert).
+int take_cached_block(Sim& s, Pool& pool, FreeBlocks::iterator it, u64 size) {
+  const int i = it->block;
+  if (!should_split(s, at(s, i), size)) {
+    pool.free.erase(it);
+    return i;
+  }
+  const int r = split_block(s, i, size);
+  pool.free.replace(it, {at(s, r).size, at(s, r).ptr, r});
+  return i;
+}
+
 /// alloc_found_block: splits off the remainder when the split rules allow, marks it allocated.
 int alloc_found_block(Sim& s, int i, u64 size, u64 requested) {
-  if (should_split(s, at(s, i), size)) {
-    Block rest = at(s, i);
-    rest.ptr += size;
-    rest.size -= size;
-    rest.prev = i;
-    const int r = new_block(s, rest);
-    if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
-    at(s, i).next = r;
-    at(s, i).size = size;
-    insert_free(s, r);
-  }
+  if (should_split(s, at(s, i), size)) insert_free(s, split_block(s, i, size));
   Block& b = at(s, i);
   b.allocated = true;
   b.requested = requested;
@@ -385,7 +420,8 @@ int alloc_found_block(Sim& s, int i, u64 size, u64 requested) {
 int malloc_block(Sim& s, u64 requested) {
   const u64 size = rounded_size(requested, s.cfg);
   Pool& pool = size <= kSmallSize ? s.small : s.large;
-  int i = get_free_block(s, pool, size);
+  const auto cached = get_free_block(s, pool, size);
+  int i = cached == pool.free.end() ? kNone : take_cached_block(s, pool, cached, size);
   if (i == kNone) i = alloc_block(s, pool, size);
   if (i == kNone && release_available_cached_blocks(s, pool, size)) i = alloc_block(s, pool, size);
   if (i == kNone) {
@@ -396,15 +432,25 @@ int malloc_block(Sim& s, u64 requested) {
   return i == kNone ? kNone : alloc_found_block(s, i, size, requested);
 }
 
-/// free + free_block: the block returns to its pool, merged with free neighbours.
+/// free + free_block: the block returns to its pool, merged with free neighbours. The merged
+/// block's key takes the place of the first merged neighbour's key in the free list.
 void free_block(Sim& s, int i) {
   Block& b = at(s, i);
   b.allocated = false;
   s.st.allocated -= b.size;
   s.st.requested -= b.requested;
-  try_merge(s, i, at(s, i).prev);
-  try_merge(s, i, at(s, i).next);
-  insert_free(s, i);
+  auto merges = [&](int o) { return o != kNone && !at(s, o).allocated && at(s, o).mapped; };
+  const int first = merges(b.prev) ? b.prev : merges(b.next) ? b.next : kNone;
+  if (first == kNone) {
+    insert_free(s, i);
+    return;
+  }
+  const bool previous_first = first == b.prev;
+  const FreeKey slot{at(s, first).size, at(s, first).ptr, first};
+  merge_links(s, i, first);
+  if (previous_first) try_merge(s, i, at(s, i).next);
+  FreeBlocks& list = s.pool_of(at(s, i)).free;
+  list.replace(list.lower_bound(slot), {at(s, i).size, at(s, i).ptr, i});
 }
 
 std::vector<SegmentView> segment_views(Sim& s) {
@@ -498,32 +544,46 @@ Config config_from_alloc_conf(const std::string& conf) {
 
 namespace {
 
-/// One event of a trace; false at an out-of-memory (recorded in the stats).
-bool apply_event(Sim& s, const std::vector<Event>& trace, size_t n) {
-  const Event& e = trace[n];
-  if (!e.free) {
-    const int i = malloc_block(s, e.value);
-    if (i == kNone) {
-      s.st.oom = true;
-      s.st.oom_event = n;
-      s.st.oom_bytes = e.value;
-      return false;
-    }
-    s.live.push_back(i);
-    return true;
+/// A trace, either as Events or in the compact signed form (with no 0 entries), read in place.
+class Trace {
+ public:
+  explicit Trace(const std::vector<Event>& t) : events_(t.data()), size_(t.size()) {}
+  explicit Trace(const std::vector<std::int64_t>& t) : compact_(t.data()), size_(t.size()) {}
+  [[nodiscard]] size_t size() const { return size_; }
+  Event operator[](size_t n) const {
+    if (events_) return events_[n];
+    const std::int64_t v = compact_[n];
+    return v > 0 ? Event{false, static_cast<u64>(v)} : Event{true, static_cast<u64>(-(v + 1))};
   }
-  if (e.value >= s.live.size() || s.live[e.value] == kNone)
-    throw Error("allocation trace: event " + std::to_string(n) + " frees allocation " + std::to_string(e.value) +
-                ", which is not live (a trace lists each allocation once, then its one free)");
-  free_block(s, s.live[e.value]);
-  s.live[e.value] = kNone;
-  return true;
-}
 
-/// Events [begin, end); false at an out-of-memory.
-bool apply_events(Sim& s, const std::vector<Event>& trace, size_t begin, size_t end) {
-  for (size_t n = begin; n < end; ++n)
-    if (!apply_event(s, trace, n)) return false;
+ private:
+  const Event* events_ = nullptr;
+  const std::int64_t* compact_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Events [begin, end) of a trace; false at an out-of-memory (recorded in the stats). One function
+/// with its loop: the per-event work is the simulation's hot path.
+bool apply_events(Sim& s, const Trace& trace, size_t begin, size_t end) {
+  for (size_t n = begin; n < end; ++n) {
+    const Event e = trace[n];
+    if (!e.free) {
+      const int i = malloc_block(s, e.value);
+      if (i == kNone) {
+        s.st.oom = true;
+        s.st.oom_event = n;
+        s.st.oom_bytes = e.value;
+        return false;
+      }
+      s.live.push_back(i);
+      continue;
+    }
+    if (e.value >= s.live.size() || s.live[e.value] == kNone)
+      throw Error("allocation trace: event " + std::to_string(n) + " frees allocation " + std::to_string(e.value) +
+                  ", which is not live (a trace lists each allocation once, then its one free)");
+    free_block(s, s.live[e.value]);
+    s.live[e.value] = kNone;
+  }
   return true;
 }
 
@@ -538,7 +598,7 @@ Result simulate(const std::vector<Event>& trace, const Config& c) {
   Sim s;
   s.cfg = c;
   s.live.reserve(trace.size());
-  apply_events(s, trace, 0, trace.size());
+  apply_events(s, Trace(trace), 0, trace.size());
   return finish(s);
 }
 
@@ -596,41 +656,45 @@ bool same_relevant(const Boundary& a, const Boundary& b) {
          a.unmapped == b.unmapped && a.pending == b.pending && a.pending_at == b.pending_at;
 }
 
-Boundary boundary_at(Sim& s, const std::vector<Event>& trace, size_t begin, size_t length) {
-  Boundary b;
+/// Fills `b` (its buffers reused) with the state at the start of the iteration at `begin`.
+void boundary_at(Sim& s, const Trace& trace, size_t begin, size_t length, Boundary& b) {
+  b.valid = false;
   b.st = s.st;
   b.next_address = s.next_address;
   b.expandable_segments = s.expandable_segments;
   b.allocations = s.live.size();
-  b.free_small = s.small.free.keys();
-  b.free_large = s.large.free.keys();
+  b.free_small.assign(s.small.free.keys().begin(), s.small.free.keys().end());
+  b.free_large.assign(s.large.free.keys().begin(), s.large.free.keys().end());
+  b.unmapped.clear();
   for (const Pool* pool : {&s.small, &s.large})
     for (const auto& [ptr, i] : pool->unmapped) b.unmapped.emplace_back(ptr, at(s, i).size);
+  b.pending.clear();
+  b.pending_ids.clear();
+  b.pending_at.clear();
   for (size_t p = 0; p < length; ++p) {
-    const Event& e = trace[begin + p];
+    const Event e = trace[begin + p];
     if (!e.free || e.value >= b.allocations) continue;
-    if (s.live[e.value] == kNone) return b;
+    if (s.live[e.value] == kNone) return;
     const Block& blk = at(s, s.live[e.value]);
     b.pending.push_back({blk.ptr, blk.size, blk.requested});
     b.pending_ids.push_back(e.value);
     b.pending_at.push_back(p);
   }
   b.valid = true;
-  return b;
 }
 
 /// Whether iterations k+1 .. n-1 of the period repeat iteration k: the same requests, frees of
 /// their own allocations at the same relative numbers, and frees of older allocations that take,
 /// from iteration j-1, the allocation of the number iteration k+1 took from k.
-bool iterations_repeat(const std::vector<Event>& t, const Period& p, size_t k, size_t base_k, size_t allocs) {
-  auto ev = [&](size_t j, size_t pos) -> const Event& { return t[p.first + j * p.length + pos]; };
+bool iterations_repeat(const Trace& t, const Period& p, size_t k, size_t base_k, size_t allocs) {
+  auto ev = [&](size_t j, size_t pos) { return t[p.first + j * p.length + pos]; };
   for (size_t pos = 0; pos < p.length; ++pos) {
-    const Event& ek = ev(k, pos);
-    const Event& e1 = ev(k + 1, pos);
+    const Event ek = ev(k, pos);
+    const Event e1 = ev(k + 1, pos);
     const bool older = ek.free && ek.value < base_k;
     if (older && (!e1.free || e1.value < base_k || e1.value >= base_k + allocs)) return false;
     for (size_t j = k + 1; j < p.iterations; ++j) {
-      const Event& ej = ev(j, pos);
+      const Event ej = ev(j, pos);
       if (ej.free != ek.free) return false;
       const u64 want = !ek.free ? ek.value : older ? e1.value + (j - k - 1) * allocs : ek.value + (j - k) * allocs;
       if (ej.value != want) return false;
@@ -639,9 +703,12 @@ bool iterations_repeat(const std::vector<Event>& t, const Period& p, size_t k, s
   return true;
 }
 
-/// Counts of iteration k's allocations that are still live at the start of k+1 and lie in the
-/// segments k created (-> `fresh`, by address); false if any other than a pending one is live.
-bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std::pair<int, size_t>>& fresh) {
+/// Iteration k's allocations still live at the start of k+1 that lie in the segments k created:
+/// `fresh` (block, allocation number) by address, `links` their (prev, next) as positions in
+/// `fresh`. False unless the new segments hold only these and every other allocation of k left
+/// live is a pending block of k+1.
+bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std::pair<int, size_t>>& fresh,
+                  std::vector<std::pair<int, int>>& links) {
   size_t live_from_k = 0;
   for (size_t id = k.allocations; id < k1.allocations; ++id) {
     const int i = s.live[id];
@@ -649,12 +716,17 @@ bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std
     ++live_from_k;
     if (at(s, i).ptr >= k.next_address) fresh.emplace_back(i, id);
   }
-  // every block of the new segments must be one of these (the new segments hold no free block:
-  // the free lists are equal); the rest of k's live allocations must be k+1's pending blocks
-  for (const auto& [i, id] : fresh)
-    for (int b : {at(s, i).prev, at(s, i).next})
-      if (b != kNone && !at(s, b).allocated) return false;
   std::sort(fresh.begin(), fresh.end(), [&](const auto& a, const auto& b) { return at(s, a.first).ptr < at(s, b.first).ptr; });
+  auto position = [&](int block) {
+    for (size_t f = 0; f < fresh.size(); ++f)
+      if (fresh[f].first == block) return static_cast<int>(f);
+    return kNone;
+  };
+  for (const auto& [i, id] : fresh) {
+    const int prev = at(s, i).prev, next = at(s, i).next;
+    links.emplace_back(prev == kNone ? kNone : position(prev), next == kNone ? kNone : position(next));
+    if ((prev != kNone && links.back().first == kNone) || (next != kNone && links.back().second == kNone)) return false;
+  }
   return live_from_k == fresh.size() + k1.pending.size();
 }
 
@@ -663,17 +735,9 @@ u64 shifted(u64 start, std::int64_t delta, u64 times) {
 }
 
 /// Copies iteration k's new segments `m` times, `d` bytes of address and `allocs` numbers apart.
-void copy_fresh(Sim& s, const std::vector<std::pair<int, size_t>>& fresh, u64 d, size_t allocs, size_t m) {
+void copy_fresh(Sim& s, const std::vector<std::pair<int, size_t>>& fresh, const std::vector<std::pair<int, int>>& links,
+                u64 d, size_t allocs, size_t m) {
   std::vector<int> copy(fresh.size());
-  auto position = [&](int block) {
-    for (size_t f = 0; f < fresh.size(); ++f)
-      if (fresh[f].first == block) return static_cast<int>(f);
-    return kNone;
-  };
-  std::vector<std::pair<int, int>> links;  // (prev, next) positions in `fresh`
-  for (const auto& [i, id] : fresh)
-    links.emplace_back(at(s, i).prev == kNone ? kNone : position(at(s, i).prev),
-                       at(s, i).next == kNone ? kNone : position(at(s, i).next));
   for (size_t t = 1; t <= m; ++t) {
     for (size_t f = 0; f < fresh.size(); ++f) {
       Block b = at(s, fresh[f].first);
@@ -713,9 +777,10 @@ void extend_stats(Stats& st, const Stats& k, const Stats& k1, u64 rise_allocated
 bool extrapolate(Sim& s, const Boundary& k, const Boundary& k1, u64 rise_allocated, u64 rise_requested, size_t m) {
   const size_t allocs = k1.allocations - k.allocations;
   std::vector<std::pair<int, size_t>> fresh;
-  if (k1.expandable_segments != k.expandable_segments || !fresh_blocks(s, k, k1, fresh)) return false;
+  std::vector<std::pair<int, int>> links;
+  if (k1.expandable_segments != k.expandable_segments || !fresh_blocks(s, k, k1, fresh, links)) return false;
   s.live.resize(k1.allocations + m * allocs, kNone);
-  copy_fresh(s, fresh, k1.next_address - k.next_address, allocs, m);
+  copy_fresh(s, fresh, links, k1.next_address - k.next_address, allocs, m);
   for (size_t id : k1.pending_ids) {
     s.live[id + m * allocs] = s.live[id];
     s.live[id] = kNone;
@@ -744,27 +809,34 @@ struct LocalPeaks {
 
 /// A period's iterations one by one, comparing each start with the previous one and extrapolating
 /// the rest once they repeat. False at an out-of-memory.
-bool run_period(Sim& s, const std::vector<Event>& trace, const Period& p, Result& r) {
-  Boundary previous;
+bool run_period(Sim& s, const Trace& trace, const Period& p, Result& r) {
+  Boundary previous, now;  // reused: no allocation per layer once their buffers have grown
   LocalPeaks peaks;
   std::pair<u64, u64> rise{0, 0};
+  std::array<size_t, 3> counts{}, previous_counts{};
   for (size_t j = 0; j < p.iterations; ++j) {
     const size_t begin = p.first + j * p.length;
     if (j > 0) rise = peaks.close(s.st);
-    Boundary now = boundary_at(s, trace, begin, p.length);
-    if (j > 0 && same_relevant(previous, now) &&
-        iterations_repeat(trace, p, j - 1, previous.allocations, now.allocations - previous.allocations) &&
-        extrapolate(s, previous, now, rise.first, rise.second, p.iterations - j)) {
-      ++r.periods_extrapolated;
-      r.events_skipped += (p.iterations - j) * p.length;
-      return true;
+    // equal states have equally many cached and unmapped blocks: the full state is taken only then
+    counts = {s.small.free.keys().size(), s.large.free.keys().size(), s.small.unmapped.size() + s.large.unmapped.size()};
+    now.valid = false;
+    if (j > 0 && counts == previous_counts) {
+      boundary_at(s, trace, begin, p.length, now);
+      if (same_relevant(previous, now) &&
+          iterations_repeat(trace, p, j - 1, previous.allocations, now.allocations - previous.allocations) &&
+          extrapolate(s, previous, now, rise.first, rise.second, p.iterations - j)) {
+        ++r.periods_extrapolated;
+        r.events_skipped += (p.iterations - j) * p.length;
+        return true;
+      }
     }
     peaks.open(s.st);
     if (!apply_events(s, trace, begin, begin + p.length)) {
       peaks.close(s.st);
       return false;
     }
-    previous = std::move(now);
+    std::swap(previous, now);
+    previous_counts = counts;
   }
   peaks.close(s.st);
   ++r.periods_simulated;
@@ -773,8 +845,9 @@ bool run_period(Sim& s, const std::vector<Event>& trace, const Period& p, Result
 
 }  // namespace
 
-Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods, const Config& c) {
-  if (c.device_limit != kNoLimit) return simulate(trace, c);  // releases break the argument
+namespace {
+
+Result periodic(const Trace& trace, const std::vector<Period>& periods, const Config& c) {
   Sim s;
   s.cfg = c;
   s.live.reserve(trace.size());
@@ -793,6 +866,20 @@ Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Peri
   done.periods_simulated = r.periods_simulated;
   done.events_skipped = r.events_skipped;
   return done;
+}
+
+}  // namespace
+
+Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (c.device_limit != kNoLimit) return simulate(trace, c);  // releases break the argument
+  return periodic(Trace(trace), periods, c);
+}
+
+Result simulate_periodic(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (std::find(trace.begin(), trace.end(), 0) != trace.end())
+    throw Error("simulate_periodic: a compact trace with 0 entries (empty tensors) must go through events_from_signed");
+  if (c.device_limit != kNoLimit) return simulate(events_from_signed(trace), c);
+  return periodic(Trace(trace), periods, c);
 }
 
 }  // namespace memfit::alloc

@@ -20,7 +20,7 @@ alloc::Result simulated_step(const StepSetup& s, const alloc::Config& c) {
   std::vector<alloc::Period> periods;
   periods.reserve(t.loops.size());
   for (const Loop& l : t.loops) periods.push_back({l.first, l.length, l.iterations});
-  return alloc::simulate_periodic(alloc::events_from_signed(t.events), periods, c);
+  return alloc::simulate_periodic(t.events, periods, c);
 }
 
 u64 simulated_reserved(const StepSetup& s, const alloc::Config& c) {

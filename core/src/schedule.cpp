@@ -26,21 +26,25 @@ class Sink {
   /// `names`: record each allocation's name too (step_trace's callers that ask for them).
   Sink(bool record, bool round_512, bool names = false) : record_(record), round_(round_512), names_on_(names) {}
 
-  /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging).
+  /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging). The
+  /// trace sink only records (the peak is the trace's reader's business).
   int alloc(u64 bytes, std::string_view what = "other", std::string_view of = {}) {
     if (bytes == 0) return -1;
     if (names_on_) names_.push_back(of.empty() ? std::string(what) : std::string(what) + ":" + std::string(of));
+    if (record_) {
+      trace_.push_back(static_cast<std::int64_t>(bytes));
+      return allocations_++;
+    }
     const u64 b = round_ ? round_up(bytes, 512) : bytes;
     sizes_.push_back(b);
     live_ = add(live_, b);
     peak_ = std::max(peak_, live_);
-    if (record_) trace_.push_back(static_cast<std::int64_t>(bytes));
     return static_cast<int>(sizes_.size() - 1);
   }
   void free(int id) {
     if (id < 0) return;
-    live_ -= sizes_[static_cast<size_t>(id)];
     if (record_) trace_.push_back(-static_cast<std::int64_t>(id) - 1);
+    else live_ -= sizes_[static_cast<size_t>(id)];
   }
   /// Runs body(k) for k = 0..n-1 (trace sink), or body(0) once and extrapolates (peak sink).
   void repeat(u64 n, const std::function<void(u64)>& body) {
@@ -69,7 +73,7 @@ class Sink {
   }
   /// Index of the state slot iteration k uses (the peak sink keeps one slot).
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
-  [[nodiscard]] u64 peak() const { return peak_; }
+  [[nodiscard]] u64 peak() const { return peak_; }  ///< the peak sink's
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
   std::vector<std::string> take_names() { return std::move(names_); }
   std::vector<Loop> take_loops() { return std::move(loops_); }
@@ -80,6 +84,7 @@ class Sink {
   std::vector<std::int64_t> trace_;
   std::vector<std::string> names_;
   std::vector<Loop> loops_;  ///< the per-layer loops of the trace (iterations of equal length)
+  int allocations_ = 0;      ///< the trace sink's allocation count
   u64 live_ = 0, peak_ = 0;
 };
 

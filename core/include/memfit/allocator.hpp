@@ -135,5 +135,9 @@ struct Period {
 /// simulate. Frees of allocations that are not live are errors, as in simulate.
 [[nodiscard]] Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods,
                                        const Config& c = {});
+/// The same over a compact trace (events_from_signed's input) without 0 entries, read in place
+/// (no copy of the trace as Events).
+[[nodiscard]] Result simulate_periodic(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods,
+                                       const Config& c = {});
 
 }  // namespace memfit::alloc
