@@ -86,7 +86,8 @@ void print_estimate(const nlohmann::json& e) {
     std::printf("  %-26s %10.2f %6.1f%%\n", c["name"].get<std::string>().c_str(), gib(c["bytes"]),
                 total > 0 ? 100.0 * c["bytes"].get<double>() / total : 0.0);
   std::printf("\n  %-26s %10.2f   torch.cuda.max_memory_allocated\n", "peak allocated", gib(g["allocated_peak_bytes"]));
-  std::printf("  %-26s %10.2f   torch.cuda.max_memory_reserved\n", "peak reserved", gib(g["reserved_peak_bytes"]));
+  std::printf("  %-26s %10.2f   torch.cuda.max_memory_reserved (%s)\n", "peak reserved", gib(g["reserved_peak_bytes"]),
+              g.value("reserved_method", std::string("approximate rule")).c_str());
   std::printf("  %-26s %10.2f   nvidia-smi\n", "device total", gib(g["device_total_bytes"]));
   std::printf("\npeak during: %s. %s (%.1f%% of the GPU).\n", e["peak_phase"].get<std::string>().c_str(),
               e["fits"].get<bool>() ? "FITS" : "DOES NOT FIT", 100.0 * g["utilization"].get<double>());

@@ -4,6 +4,7 @@
 //   memfit validate CASES.json --device cpu|cuda [--launcher CMD] [--python PATH] [--json|--markdown]
 //                   [--record FILE] [--filter SUBSTRING]... [--tolerance PCT] [--dry-run]
 //   memfit validate --replay FILE [--json|--markdown] [--filter SUBSTRING]... [--tolerance PCT]
+//                   [--tensors [--known FILE]]
 //
 // CASES.json is a list of memfit requests, or {"cases": [...], "defaults": {...}} like
 // data/validation/cpu_suite.json, with the workload's extensions (name, steps, seed, measure,
@@ -36,6 +37,7 @@ int usage() {
   std::fprintf(stderr,
                "usage: memfit validate CASES.json --device cpu|cuda [options]\n"
                "       memfit validate --replay RECORD.jsonl [--json|--markdown] [--filter S] [--tolerance PCT]\n"
+               "                       [--tensors [--known FILE]]\n"
                "options:\n"
                "  --device cpu|cuda     where the workload runs (required unless --replay)\n"
                "  --python PATH         Python with torch, transformers, peft (default: $MEMFIT_PYTHON, the venv of\n"
@@ -49,6 +51,11 @@ int usage() {
                "  --dry-run             print the commands, cases and estimates; run nothing\n"
                "  --trace               record each case's allocation trace and replay it through the simulated\n"
                "                        CUDA caching allocator (a reserved-memory table after the report)\n"
+               "  --tensors             record each layer's tensors and compare them, tensor by tensor, with the core's\n"
+               "                        lists (with --replay: the record's tensors; a table after the report)\n"
+               "  --known FILE          with --tensors: mismatches that are understood (\"FAMILIES LIST KIND WHAT\" a\n"
+               "                        line, FAMILIES * or a,b; # comments); any other mismatch of a family the\n"
+               "                        lists cover fails the run\n"
                "  --gpu NAME|GIB        GPU for the fits verdict when the case names none (dry runs; CUDA runs\n"
                "                        otherwise use the GPU the workload reports)\n"
                "  --json | --markdown   output format (default: a text table)\n"
@@ -76,6 +83,8 @@ Options parse_args(const std::vector<std::string>& args) {
     else if (a == "--markdown") o.format = Format::Markdown;
     else if (a == "--dry-run") o.dry_run = true;
     else if (a == "--trace") o.trace = true;
+    else if (a == "--tensors") o.tensors = true;
+    else if (is(a, "--known")) o.known_path = value(i, a, "--known");
     else if (a == "--verbose" || a == "-v") o.verbose = true;
     else if (a == "--quiet" || a == "-q") o.quiet = true;
     else if (is(a, "--device")) o.device = value(i, a, "--device");
@@ -102,6 +111,11 @@ Options parse_args(const std::vector<std::string>& args) {
     else if (o.cases_path.empty()) o.cases_path = a;
     else throw Fatal("one CASES.json at a time (got \"" + o.cases_path + "\" and \"" + a + "\")", kUsage);
   }
+  if (!o.known_path.empty() && !o.tensors) throw Fatal("--known goes with --tensors", kUsage);
+  if (!o.known_path.empty() && !std::ifstream(o.known_path))
+    throw Fatal("cannot read " + o.known_path + " (--known): a file of known mismatches, one a line");
+  if (o.tensors && o.format == Format::Json)
+    throw Fatal("--tensors prints its comparison as a table: use the text output or --markdown", kUsage);
   if (!o.replay_path.empty()) {
     if (!o.cases_path.empty()) throw Fatal("--replay takes the recorded file instead of CASES.json", kUsage);
     if (!o.record_path.empty()) throw Fatal("--record and --replay do not go together", kUsage);
@@ -148,6 +162,8 @@ int run(const Options& o) {
   const json gpu = gpu_option(o.gpu);
   if (o.trace)
     for (Case& k : cases) k.workload["measure"]["trace"] = true;
+  if (o.tensors)
+    for (Case& k : cases) k.workload["measure"]["tensors"] = true;
   estimate_all(cases, o.device, o.device == "cuda" ? gpu : json(), problems);
   throw_problems(o.cases_path, problems);
   const std::string workload = workload_path(o, root);

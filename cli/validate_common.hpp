@@ -35,6 +35,8 @@ struct Options {
   Format format = Format::Table;
   bool dry_run = false, verbose = false, quiet = false;
   bool trace = false;       // --trace: the workload records allocation traces (measure.trace)
+  bool tensors = false;     // --tensors: per-tensor rows (measure.tensors) compared with the core's lists
+  std::string known_path;   // --known: mismatches of --tensors that are understood
   int jobs = 0;             // 0: from the core count (CPU), 1 on CUDA
   double timeout_s = 3600;  // per workload process
 };

@@ -8,6 +8,7 @@
 
 #include "validate_allocator.hpp"
 #include "validate_compare.hpp"
+#include "validate_tensors.hpp"
 
 namespace memfit::cli::validate {
 
@@ -256,8 +257,11 @@ int report_all(const std::vector<Case>& cases, const Options& o, const std::stri
   else if (o.format == Format::Markdown) print_markdown(reps, s, o, header_line(cases, o, source));
   else print_table(reps, s, o, header_line(cases, o, source));
   if (o.format != Format::Json) print_trace_replays(traces, o.format == Format::Markdown, o.reserved_tolerance);
+  // --tensors: a covered family's mismatch that the --known file does not explain fails the run
+  const bool tensors_fail = o.tensors && o.format != Format::Json &&
+                            print_tensor_report(compare_tensors(cases), o.known_path, o.format == Format::Markdown) > 0;
   std::fflush(stdout);
-  return s.exit_code;
+  return tensors_fail ? std::max(s.exit_code, kFail) : s.exit_code;
 }
 
 int dry_run(const Options& o, const std::vector<Case>& cases, const std::vector<Job>& jobs, const std::string& python,

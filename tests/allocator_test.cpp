@@ -195,3 +195,98 @@ TEST_CASE("a trace that frees what is not live is rejected with a message", "[al
   CHECK_THROWS_AS(run({1000, -1, -1}), memfit::Error);
   CHECK_THROWS_AS(run({-3}), memfit::Error);
 }
+
+TEST_CASE("PYTORCH_CUDA_ALLOC_CONF strings set the options the simulation follows", "[allocator]") {
+  const Config none = config_from_alloc_conf("");
+  CHECK_FALSE(none.expandable_segments);
+  CHECK(none.max_split_size == kNoLimit);
+  const Config c = config_from_alloc_conf("expandable_segments:True,max_split_size_mb:128,roundup_power2_divisions:4");
+  CHECK(c.expandable_segments);
+  CHECK(c.max_split_size == 128 * MiB);
+  CHECK(c.roundup_power2_divisions[0] == 4);
+  CHECK(c.roundup_power2_divisions[15] == 4);
+  // PyTorch raises max_split_size_mb to at least 20 (kLargeBuffer)
+  CHECK(config_from_alloc_conf("max_split_size_mb:4").max_split_size == 20 * MiB);
+  CHECK(config_from_alloc_conf("garbage_collection_threshold:0.6,max_non_split_rounding_mb:64").max_non_split_rounding == 64 * MiB);
+  for (const char* bad : {"expandable_segments", "expandable_segments:yes", "max_split_size_mb:-1", "backend:cudaMallocAsync",
+                          "roundup_power2_divisions:3", "roundup_power2_divisions:[256:1,>:8]"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(config_from_alloc_conf(bad), memfit::Error);
+  }
+}
+
+namespace {
+
+/// A layer loop like the schedule's: each of `layers` iterations frees the previous layer's
+/// output (6 MiB), keeps a 12 MiB tensor, uses two temporaries and leaves its own output.
+/// `odd_last`: the last layer asks for a 5 MiB temporary instead of 4 MiB.
+std::vector<std::int64_t> layer_trace(int layers, bool odd_last, size_t& first, size_t& length) {
+  std::vector<std::int64_t> t;
+  std::int64_t n = 0;
+  auto alloc = [&](std::uint64_t bytes) { t.push_back(static_cast<std::int64_t>(bytes)); return n++; };
+  auto release = [&](std::int64_t k) { t.push_back(-k - 1); };
+  std::vector<std::int64_t> kept;
+  std::int64_t out = alloc(6 * MiB);
+  first = t.size();
+  for (int l = 0; l < layers; ++l) {
+    kept.push_back(alloc(12 * MiB));
+    const std::int64_t a = alloc(odd_last && l == layers - 1 ? 5 * MiB : 4 * MiB), b = alloc(3 * MiB);
+    release(out);
+    out = alloc(6 * MiB);
+    release(a);
+    release(b);
+  }
+  length = (t.size() - first) / static_cast<size_t>(layers);
+  for (auto k = kept.rbegin(); k != kept.rend(); ++k) release(*k);
+  release(out);
+  return t;
+}
+
+bool same(const Result& a, const Result& b) {
+  const Stats &x = a.stats, &y = b.stats;
+  bool eq = x.allocated == y.allocated && x.peak_allocated == y.peak_allocated && x.requested == y.requested &&
+            x.peak_requested == y.peak_requested && x.reserved == y.reserved && x.peak_reserved == y.peak_reserved &&
+            x.allocated_at_peak_reserved == y.allocated_at_peak_reserved && x.segments == y.segments &&
+            x.peak_segments == y.peak_segments && x.device_allocs == y.device_allocs && a.segments.size() == b.segments.size();
+  for (size_t i = 0; eq && i < a.segments.size(); ++i) eq = sizes(a.segments[i]) == sizes(b.segments[i]);
+  return eq;
+}
+
+}  // namespace
+
+TEST_CASE("the periodic shortcut copies repeating layers and gives the full simulation's result", "[allocator]") {
+  size_t first = 0, length = 0;
+  const auto events = events_from_signed(layer_trace(40, false, first, length));
+  const Result full = simulate(events);
+  const Result fast = simulate_periodic(events, {{first, length, 40}});
+  CHECK(fast.periods_extrapolated == 1);
+  CHECK(fast.events_skipped > 30 * length);
+  CHECK(same(full, fast));
+  // the first two kept tensors are carved out of the two 20 MiB segments, the 38 others get 12 MiB ones
+  CHECK(full.stats.peak_reserved == 2 * 20 * MiB + 38 * 12 * MiB);
+  for (const Config& c : {config_from_alloc_conf("max_split_size_mb:20"), config_from_alloc_conf("expandable_segments:True")})
+    CHECK(same(simulate(events, c), simulate_periodic(events, {{first, length, 40}}, c)));
+}
+
+TEST_CASE("the periodic shortcut checks its hints: wrong periods or a differing layer change nothing", "[allocator]") {
+  size_t first = 0, length = 0;
+  const auto events = events_from_signed(layer_trace(40, false, first, length));
+  const Result full = simulate(events);
+  for (const Period& p : {Period{first + 1, length, 39}, Period{first, length + 1, 30}, Period{first, 2 * length, 20},
+                          Period{0, length, 40}})
+    CHECK(same(full, simulate_periodic(events, {p})));
+  const auto odd = events_from_signed(layer_trace(40, true, first, length));
+  const Result odd_fast = simulate_periodic(odd, {{first, length, 40}});
+  CHECK(odd_fast.periods_extrapolated == 0);  // the last layer differs: every layer is simulated
+  CHECK(same(simulate(odd), odd_fast));
+  CHECK_THROWS_AS(simulate_periodic(events_from_signed({1000, 1000, 1000, -1, -1}), {{0, 1, 3}}), memfit::Error);
+}
+
+TEST_CASE("the periodic shortcut reads a compact trace in place, with the same result", "[allocator]") {
+  size_t first = 0, length = 0;
+  const std::vector<std::int64_t> compact = layer_trace(40, false, first, length);
+  const Result in_place = simulate_periodic(compact, {{first, length, 40}});
+  CHECK(in_place.periods_extrapolated == 1);
+  CHECK(same(simulate(events_from_signed(compact)), in_place));
+  CHECK_THROWS_AS(simulate_periodic(std::vector<std::int64_t>{1000, 0, -1}, {}), memfit::Error);  // 0: use events_from_signed
+}

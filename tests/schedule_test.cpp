@@ -3,6 +3,7 @@
 // suite's measurements (data/measurements/cpu-suite-full.jsonl, cpu-traces.jsonl).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -183,15 +184,19 @@ TEST_CASE("the schedule's simulated reserved is within one segment of the replay
   CHECK(compared >= 12);
 }
 
+// Every suite case the schedule covers (every family of step_setup's table), then per family the
+// largest and the median |error| of the allocated peak.
 TEST_CASE("[.table] schedule vs measured", "[.table]") {
   std::map<std::string, std::vector<std::int64_t>> traces;
   for (Record& r : records("cpu-traces.jsonl")) traces[r.name] = std::move(r.trace);
+  std::map<std::string, std::vector<double>> errors;  // family -> |error %| of the allocated peak
   std::printf("| case | measured | today's estimate | error %% | schedule | error %% | replayed trace reserved MiB | schedule reserved MiB | error %% |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (const Record& r : records("cpu-suite-full.jsonl")) {
     const auto s = step_setup(request_of(r));
     if (!s) continue;
     const u64 est = peak_allocated(*s);
     const u64 today = estimate(request_of(r)).allocated_peak_bytes;
+    errors[r.name.substr(0, r.name.find('/'))].push_back(std::abs(pct(double(est), double(r.measured))));
     std::printf("| %s | %llu | %llu | %+.2f | %llu | %+.2f |", r.name.c_str(), (unsigned long long)r.measured,
                 (unsigned long long)today, pct(double(today), double(r.measured)), (unsigned long long)est,
                 pct(double(est), double(r.measured)));
@@ -203,5 +208,11 @@ TEST_CASE("[.table] schedule vs measured", "[.table]") {
     } else {
       std::printf(" | | |\n");
     }
+  }
+  std::printf("\n| family | cases | max abs error %% | median abs error %% |\n|---|---:|---:|---:|\n");
+  for (auto& [family, e] : errors) {
+    std::sort(e.begin(), e.end());
+    const double median = e.size() % 2 ? e[e.size() / 2] : (e[e.size() / 2 - 1] + e[e.size() / 2]) / 2;
+    std::printf("| %s | %zu | %.2f | %.2f |\n", family.c_str(), e.size(), e.back(), median);
   }
 }

@@ -1,7 +1,10 @@
 // Speed figures for the benchmark script (scripts/bench.sh): one estimate, 10,000 estimates,
 // a full plan for 8 GPUs, and one caching-allocator replay of a training step, natively.
-// Prints figures; asserts nothing.
+// Prints figures; asserts nothing. `memfit_bench N` divides every repetition count by N (a quick
+// look on a busy machine; compare figures only between runs with the same N).
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,6 +15,7 @@
 #include "memfit/allocator.hpp"
 #include "memfit/api.hpp"
 #include "memfit/planner.hpp"
+#include "reserved.hpp"
 #include "schedule.hpp"
 
 namespace {
@@ -42,8 +46,10 @@ std::vector<memfit::alloc::Event> step_trace() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
+  const int divisor = argc > 1 ? std::max(1, std::atoi(argv[1])) : 1;
+  auto runs_of = [&](int n) { return std::max(1, n / divisor); };
   const std::string text = R"({"model": {"id": "meta-llama/Meta-Llama-3-8B"}, "task": "lora", "precision": "bf16",
                                "micro_batch_size": 4, "sequence_length": 4096, "gradient_checkpointing": true})";
   const memfit::Request request = memfit::request_from_json(nlohmann::json::parse(text));
@@ -53,7 +59,7 @@ int main() {
   const std::string once = memfit::estimate_json(text);
   const double first = seconds_since(t0);
   t0 = clock::now();
-  const int json_runs = 1000;
+  const int json_runs = runs_of(1000);
   for (int i = 0; i < json_runs; ++i) (void)memfit::estimate_json(text);
   const double per_json = seconds_since(t0) / json_runs;
 
@@ -61,11 +67,12 @@ int main() {
   t0 = clock::now();
   unsigned long long checksum = 0;
   memfit::Request r = request;
-  for (int i = 0; i < 10000; ++i) {
+  const int estimate_runs = runs_of(10000);
+  for (int i = 0; i < estimate_runs; ++i) {
     r.micro_batch_size = 1 + (i % 16);
     checksum += memfit::estimate(r).allocated_peak_bytes % 1000003;
   }
-  const double ten_thousand = seconds_since(t0);
+  const double per_estimate = seconds_since(t0) / estimate_runs;
 
   // A whole plan for 8 GPUs (every layout x micro-batch search x grid).
   memfit::Request pr = memfit::request_from_json(nlohmann::json::parse(
@@ -73,14 +80,14 @@ int main() {
           "gradient_checkpointing": true, "cluster": {"gpu": {"name": "H100-SXM-80GB"}, "num_gpus": 8}})"));
   (void)memfit::plan(pr);  // warm
   t0 = clock::now();
-  const int plan_runs = 20;
+  const int plan_runs = runs_of(20);
   size_t candidates = 0;
   for (int i = 0; i < plan_runs; ++i) candidates = memfit::plan(pr).candidates.size();
   const double per_plan = seconds_since(t0) / plan_runs;
 
   const std::vector<memfit::alloc::Event> trace = step_trace();
   t0 = clock::now();
-  const int sim_runs = 200;
+  const int sim_runs = runs_of(200);
   unsigned long long reserved = 0;
   for (int i = 0; i < sim_runs; ++i) reserved += memfit::alloc::simulate(trace).stats.peak_reserved % 1000003;
   const double per_sim = seconds_since(t0) / sim_runs;
@@ -88,34 +95,47 @@ int main() {
   // The tensor schedule (core/src/schedule.hpp) of the estimate's request: the allocated peak by the
   // periodic shortcut, and the whole trace replayed through the allocator simulation.
   const auto setup = memfit::sched::step_setup(request);
-  double per_schedule = 0, per_schedule_sim = 0;
+  double per_schedule = 0, per_schedule_sim = 0, per_trace = 0, per_reserved = 0;
   size_t schedule_events = 0;
   if (setup) {
     memfit::sched::StepSetup s = *setup;
     t0 = clock::now();
-    for (int i = 0; i < 10000; ++i) {
+    const int peak_runs = runs_of(10000);
+    for (int i = 0; i < peak_runs; ++i) {
       s.dims.b = 1 + (i % 16);
       checksum += memfit::sched::peak_allocated(s) % 1000003;
     }
-    per_schedule = seconds_since(t0) / 10000;
+    per_schedule = seconds_since(t0) / peak_runs;
     t0 = clock::now();
-    const int runs = 5;
+    const int runs = std::max(5, runs_of(100));
     for (int i = 0; i < runs; ++i) {
       const auto t = memfit::sched::step_trace(*setup);
       schedule_events = t.size();
       reserved += memfit::alloc::simulate(memfit::alloc::events_from_signed(t)).stats.peak_reserved % 1000003;
     }
     per_schedule_sim = seconds_since(t0) / runs;
+    t0 = clock::now();
+    for (int i = 0; i < runs; ++i) reserved += memfit::sched::step_trace(*setup).size();
+    per_trace = seconds_since(t0) / runs;
+    // What the estimator calls: sched::simulated_reserved (schedule + allocator, CUDA rounding).
+    s = *setup;
+    t0 = clock::now();
+    for (int i = 0; i < runs; ++i) {
+      s.dims.b = 1 + (i % 16);
+      reserved += memfit::sched::simulated_reserved(s, {}) % 1000003;
+    }
+    per_reserved = seconds_since(t0) / runs;
   }
 
   std::printf("estimate_json, first call:                 %8.3f ms\n", first * 1e3);
   std::printf("estimate_json (parse config + estimate):   %8.3f ms per call\n", per_json * 1e3);
-  std::printf("estimate (parsed request) x 10,000:        %8.3f ms in all, %.2f us each\n", ten_thousand * 1e3,
-              ten_thousand / 10000 * 1e6);
+  std::printf("estimate (parsed request), batch 1..16:     %8.2f us each\n", per_estimate * 1e6);
   std::printf("plan, 8 GPUs (%zu layouts, search + grid): %8.3f ms per plan\n", candidates, per_plan * 1e3);
   std::printf("allocator replay, %zu-event step trace:  %8.3f us per replay\n", trace.size(), per_sim * 1e6);
   std::printf("schedule peak (periodic shortcut):          %8.3f us each\n", per_schedule * 1e6);
   std::printf("schedule trace + allocator replay (%zu ev): %8.3f us each\n", schedule_events, per_schedule_sim * 1e6);
+  std::printf("schedule trace alone:                        %8.3f us each\n", per_trace * 1e6);
+  std::printf("simulated_reserved (estimator), batch 1..16: %8.3f us each\n", per_reserved * 1e6);
   std::printf("(checksum %llu, output %zu bytes)\n", checksum + reserved, once.size());
   return 0;
 }

@@ -546,6 +546,8 @@ def main():
             continue
         e = pick(est, metric)
         m = metric_value(rec)
+        if est["per_gpu"].get("reserved_method", "").startswith("simulated"):
+            notes.append("reserved: simulated allocator over the tensor schedule")
         pct = (e - m) / m * 100
         if metric == "allocated" and any(w in rec.get("metric", "") for w in METRIC_NOT_STATED):
             notes.append(f'figure not stated; vs reserved {(est["per_gpu"]["reserved_peak_bytes"] - m) / m * 100:+.1f}%')

@@ -27,7 +27,9 @@ Request schema (see validate/README in NOTES.md):
   parallelism: {method: single|ddp|fsdp_full_shard|fsdp_shard_grad_op|tp, dp, tp}
   name
 Extensions: "steps" (training steps, default 2), "seed", "device" ("cpu"/"cuda", default:
-cuda if available), "measure": {"tracker": bool, "allocator_profile": bool, "trace": bool}.
+cuda if available), "measure": {"tracker": bool, "allocator_profile": bool, "trace": bool, "tensors": bool}.
+"measure.tensors" adds one row per tensor of the first micro-batch (validate/tensor_log.py) as
+measured.tensors (plain training loop only).
 "measure.trace" adds the allocation trace (tracker.py's signed-integer form) as
 measured.allocation_trace; on CUDA also measured.cuda_allocation_trace, from
 torch.cuda.memory._record_memory_history (untested: no GPU has run it yet).
@@ -76,6 +78,7 @@ except Exception as e:  # noqa: BLE001
 
 sys.path.insert(0, HERE)
 from tracker import LiveTensorTracker  # noqa: E402
+from tensor_log import TensorLogTracker  # noqa: E402
 
 
 class _Done(Exception):
@@ -165,10 +168,12 @@ class Nvml:
 class Meter:
     """Per-phase memory: live-tensor tracker (any device) + torch.cuda stats on CUDA."""
 
-    def __init__(self, device: torch.device, use_tracker: bool, nvml: Optional[Nvml], trace: bool = False):
+    def __init__(self, device: torch.device, use_tracker: bool, nvml: Optional[Nvml], trace: bool = False,
+                 tensors: bool = False):
         self.device = device
         self.cuda = device.type == "cuda"
-        self.tracker = LiveTensorTracker(device_filter=device.type, record_trace=trace) if use_tracker else None
+        kind = TensorLogTracker if tensors else LiveTensorTracker
+        self.tracker = kind(device_filter=device.type, record_trace=trace) if use_tracker or tensors else None
         self.nvml = nvml
         self.phases: Dict[str, Dict[str, Any]] = {}
         self.order: List[str] = []
@@ -604,6 +609,7 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
     use_tracker = bool(measure.get("tracker", not opts.no_tracker))
     use_prof = bool(measure.get("allocator_profile", opts.allocator_profile)) and device.type == "cpu"
     use_trace = bool(measure.get("trace", False))
+    use_tensors = bool(measure.get("tensors", False))
 
     result: Dict[str, Any] = {"schema": SCHEMA_VERSION, "name": req.get("name"),
                               "environment": env_info(device)}
@@ -650,7 +656,7 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
         result["cuda_baseline"] = base
 
     torch.manual_seed(seed)
-    meter = Meter(device, use_tracker, nvml, use_trace)
+    meter = Meter(device, use_tracker, nvml, use_trace, use_tensors)
     if use_trace and device.type == "cuda":
         cuda_history(device, True)
     measured: Dict[str, Any] = {}
@@ -730,6 +736,9 @@ def run_case(req: Dict[str, Any], dist_ctx: Dist, opts) -> Dict[str, Any]:
         measured["allocation_trace"] = list(tr.trace)
     if use_trace and device.type == "cuda":
         measured["cuda_allocation_trace"] = cuda_history(device, False)
+    if isinstance(tr, TensorLogTracker):
+        tr.remove_hooks()
+        measured["tensors"] = tr.as_record()
     if prof is not None:
         base = meter.phases.get("model_load", {}).get("start_bytes", 0) or 0
         measured["allocator_profile"] = allocator_profile_peaks(prof, meter.marks, base)
@@ -823,6 +832,8 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
             setup["tp"] = {"size": tp, "plan": apply_tp(model, mesh), "backend": dist_ctx.backend}
         if tr is not None:
             tr.track_module(model)
+        if isinstance(tr, TensorLogTracker):
+            tr.watch_layers(find_decoder_layers(model))
     framework = (req.get("runtime") or {}).get("framework")
     if framework is not None:
         setup["framework"] = framework
@@ -862,11 +873,17 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
                     ids = torch.randint(0, vocab, (mbs, seq), generator=g).to(device)
                     if tr is not None:
                         tr.track_tensors([ids], "input")
+                logged = isinstance(tr, TensorLogTracker) and step == 1 and micro == 0
+                if logged:
+                    tr.start(-1)
+                    tr.logging = True
                 with meter.phase(f"{sp}.forward", "activation"):
                     with _autocast(device, precision):
                         out = model(input_ids=ids, labels=ids, use_cache=False)
                     loss = out.loss / gas if gas > 1 else out.loss
                     del out  # drop logits reference held by the output object (Trainer keeps only loss)
+                if logged:
+                    tr.start(tr.layers)
                 with meter.phase(f"{sp}.backward", "backward_temp"):
                     if scaler is not None:
                         scaler.scale(loss).backward()
@@ -874,6 +891,8 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
                         loss.backward()
                     if tr is not None:
                         tr.track_grads(model)
+                if logged:
+                    tr.logging = False
                 del loss, ids
             with meter.phase(f"{sp}.optimizer", "optimizer_temp"):
                 if scaler is not None:

@@ -6,9 +6,9 @@
 #include "memfit/allocator.hpp"
 
 #include <algorithm>
+#include <array>
 #include <set>
 #include <string>
-#include <tuple>
 
 #include "memfit/error.hpp"
 
@@ -29,10 +29,55 @@ struct Block {
   bool small = false, allocated = false, mapped = true;
 };
 
+/// Free blocks by (size, address), as a sorted vector: a step inserts and erases free blocks
+/// tens of thousands of times among a few dozen, where a tree's node allocations cost more than
+/// moving the tail of a flat array. The key is a plain struct so that moving the tail is one
+/// memmove; (size, address) is unique among a pool's free blocks, the block index rides along.
+struct FreeKey {
+  u64 size = 0, ptr = 0;
+  int block = kNone;
+  friend bool operator<(const FreeKey& a, const FreeKey& b) { return a.size != b.size ? a.size < b.size : a.ptr < b.ptr; }
+};
+
+class FreeBlocks {
+ public:
+  using iterator = std::vector<FreeKey>::iterator;
+  void emplace(u64 size, u64 ptr, int i) {
+    const FreeKey k{size, ptr, i};
+    keys_.insert(lower_bound(k), k);
+  }
+  void erase(const FreeKey& k) {
+    const iterator it = lower_bound(k);
+    if (it != keys_.end() && it->size == k.size && it->ptr == k.ptr) keys_.erase(it);
+  }
+  iterator erase(iterator it) { return keys_.erase(it); }
+  /// Replaces the key at `it` by `k`: one shift of the keys between their places (the order an
+  /// erase and an insert give, without moving the tail twice).
+  void replace(iterator it, const FreeKey& k) {
+    if (k < *it) {
+      const iterator pos = std::lower_bound(keys_.begin(), it, k);
+      std::move_backward(pos, it, it + 1);
+      *pos = k;
+    } else {
+      const iterator pos = std::lower_bound(it + 1, keys_.end(), k);
+      std::move(it + 1, pos, it);
+      *(pos - 1) = k;
+    }
+  }
+  iterator lower_bound(const FreeKey& k) { return std::lower_bound(keys_.begin(), keys_.end(), k); }
+  iterator begin() { return keys_.begin(); }
+  iterator end() { return keys_.end(); }
+  [[nodiscard]] const std::vector<FreeKey>& keys() const { return keys_; }
+  [[nodiscard]] bool empty() const { return keys_.empty(); }
+
+ private:
+  std::vector<FreeKey> keys_;
+};
+
 /// Free blocks by (size, address): lower_bound is the best fit. Unmapped ranges by address.
 struct Pool {
   bool small = false;
-  std::set<std::tuple<u64, u64, int>> free;
+  FreeBlocks free;
   std::set<std::pair<u64, int>> unmapped;
 };
 
@@ -102,21 +147,20 @@ u64 expandable_size(const Sim& s, const Block& b) {  // what a free tail block c
   return b.size + (next.mapped ? 0 : next.size);
 }
 
-/// get_free_block: the smallest cached block that fits, within the oversize rules.
-int get_free_block(Sim& s, Pool& pool, u64 size) {
+/// get_free_block: the smallest cached block that fits, within the oversize rules (left in the
+/// free list: take_cached_block takes it out); end() if none.
+FreeBlocks::iterator get_free_block(Sim& s, Pool& pool, u64 size) {
   auto it = pool.free.lower_bound({size, 0, kNone});
-  if (it == pool.free.end()) return kNone;
-  auto grows_to = [&](auto i) { return expandable_size(s, at(s, std::get<2>(*i))); };
-  if (at(s, std::get<2>(*it)).expandable != kNone) {
+  if (it == pool.free.end()) return it;
+  auto grows_to = [&](auto i) { return expandable_size(s, at(s, i->block)); };
+  if (at(s, it->block).expandable != kNone) {
     // A free block that can still grow counts at the size it can grow to.
     for (auto next = std::next(it); next != pool.free.end() && grows_to(next) < grows_to(it); ++next) it = next;
   }
-  const u64 found = std::get<0>(*it);
-  if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return kNone;
-  if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return kNone;
-  const int i = std::get<2>(*it);
-  pool.free.erase(it);
-  return i;
+  const u64 found = it->size;
+  if (size < s.cfg.max_split_size && found >= s.cfg.max_split_size) return pool.free.end();
+  if (size >= s.cfg.max_split_size && found >= size + s.cfg.max_non_split_rounding) return pool.free.end();
+  return it;
 }
 
 void note_reserved(Sim& s, u64 delta_plus, u64 delta_minus) {
@@ -146,13 +190,10 @@ int alloc_segment(Sim& s, Pool& pool, u64 alloc_size) {
   return new_block(s, b);
 }
 
-/// try_merge_blocks: `src` (a neighbour of `dst`) joins `dst` when it is free and equally mapped.
-void try_merge(Sim& s, int dst, int src) {
-  if (src == kNone) return;
+/// `src`, a neighbour of `dst`, joins it (the free lists are the caller's business).
+void merge_links(Sim& s, int dst, int src) {
   Block& d = at(s, dst);
   Block& o = at(s, src);
-  if (o.allocated || o.mapped != d.mapped) return;
-  erase_free(s, src);
   if (d.prev == src) {
     d.ptr = o.ptr;
     d.prev = o.prev;
@@ -163,6 +204,16 @@ void try_merge(Sim& s, int dst, int src) {
   }
   d.size += o.size;
   s.spare.push_back(src);
+}
+
+/// try_merge_blocks: `src` (a neighbour of `dst`) joins `dst` when it is free and equally mapped.
+void try_merge(Sim& s, int dst, int src) {
+  if (src == kNone) return;
+  Block& d = at(s, dst);
+  Block& o = at(s, src);
+  if (o.allocated || o.mapped != d.mapped) return;
+  erase_free(s, src);
+  merge_links(s, dst, src);
 }
 
 u64 page_of(const Block& b) { return b.small ? kSmallBuffer : kLargeBuffer; }
@@ -289,7 +340,7 @@ void unmap_block(Sim& s, int i) {
 void release_cached_blocks(Sim& s) {
   for (Pool* pool : {&s.large, &s.small}) {
     std::vector<int> candidates;
-    for (const auto& e : pool->free) candidates.push_back(std::get<2>(e));
+    for (const auto& e : pool->free) candidates.push_back(e.block);
     for (int i : candidates) {
       const Block& b = at(s, i);
       if (b.expandable != kNone) unmap_block(s, i);
@@ -306,16 +357,16 @@ bool release_available_cached_blocks(Sim& s, Pool& pool, u64 size) {
   auto whole = [&](int i) { return at(s, i).prev == kNone && at(s, i).next == kNone && at(s, i).expandable == kNone; };
   auto it = pool.free.lower_bound({key, 0, kNone});
   if (it != pool.free.end()) {
-    if (!whole(std::get<2>(*it))) return false;
-    release_block(s, std::get<2>(*it));
+    if (!whole(it->block)) return false;
+    release_block(s, it->block);
     return true;
   }
   u64 released = 0;
   while (released < key && !pool.free.empty()) {
     const auto last = std::prev(pool.free.end());
-    if (std::get<0>(*last) < s.cfg.max_split_size || !whole(std::get<2>(*last))) break;
-    released += std::get<0>(*last);
-    release_block(s, std::get<2>(*last));
+    if (last->size < s.cfg.max_split_size || !whole(last->block)) break;
+    released += last->size;
+    release_block(s, last->block);
   }
   return released >= key;
 }
@@ -325,19 +376,35 @@ int alloc_block(Sim& s, Pool& pool, u64 size) {
   return alloc_segment(s, pool, allocation_size(size));
 }
 
+/// Splits block i after `size` bytes; returns the remainder (not yet in a free list).
+int split_block(Sim& s, int i, u64 size) {
+  Block rest = at(s, i);
+  rest.ptr += size;
+  rest.size -= size;
+  rest.prev = i;
+  const int r = new_block(s, rest);
+  if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
+  at(s, i).next = r;
+  at(s, i).size = size;
+  return r;
+}
+
+/// A cached block found by get_free_block leaves the free list; when the split rules allow, its
+/// remainder takes its key's place there (the same order as an erase and an insert).
+int take_cached_block(Sim& s, Pool& pool, FreeBlocks::iterator it, u64 size) {
+  const int i = it->block;
+  if (!should_split(s, at(s, i), size)) {
+    pool.free.erase(it);
+    return i;
+  }
+  const int r = split_block(s, i, size);
+  pool.free.replace(it, {at(s, r).size, at(s, r).ptr, r});
+  return i;
+}
+
 /// alloc_found_block: splits off the remainder when the split rules allow, marks it allocated.
 int alloc_found_block(Sim& s, int i, u64 size, u64 requested) {
-  if (should_split(s, at(s, i), size)) {
-    Block rest = at(s, i);
-    rest.ptr += size;
-    rest.size -= size;
-    rest.prev = i;
-    const int r = new_block(s, rest);
-    if (at(s, r).next != kNone) at(s, at(s, r).next).prev = r;
-    at(s, i).next = r;
-    at(s, i).size = size;
-    insert_free(s, r);
-  }
+  if (should_split(s, at(s, i), size)) insert_free(s, split_block(s, i, size));
   Block& b = at(s, i);
   b.allocated = true;
   b.requested = requested;
@@ -353,7 +420,8 @@ int alloc_found_block(Sim& s, int i, u64 size, u64 requested) {
 int malloc_block(Sim& s, u64 requested) {
   const u64 size = rounded_size(requested, s.cfg);
   Pool& pool = size <= kSmallSize ? s.small : s.large;
-  int i = get_free_block(s, pool, size);
+  const auto cached = get_free_block(s, pool, size);
+  int i = cached == pool.free.end() ? kNone : take_cached_block(s, pool, cached, size);
   if (i == kNone) i = alloc_block(s, pool, size);
   if (i == kNone && release_available_cached_blocks(s, pool, size)) i = alloc_block(s, pool, size);
   if (i == kNone) {
@@ -364,15 +432,25 @@ int malloc_block(Sim& s, u64 requested) {
   return i == kNone ? kNone : alloc_found_block(s, i, size, requested);
 }
 
-/// free + free_block: the block returns to its pool, merged with free neighbours.
+/// free + free_block: the block returns to its pool, merged with free neighbours. The merged
+/// block's key takes the place of the first merged neighbour's key in the free list.
 void free_block(Sim& s, int i) {
   Block& b = at(s, i);
   b.allocated = false;
   s.st.allocated -= b.size;
   s.st.requested -= b.requested;
-  try_merge(s, i, at(s, i).prev);
-  try_merge(s, i, at(s, i).next);
-  insert_free(s, i);
+  auto merges = [&](int o) { return o != kNone && !at(s, o).allocated && at(s, o).mapped; };
+  const int first = merges(b.prev) ? b.prev : merges(b.next) ? b.next : kNone;
+  if (first == kNone) {
+    insert_free(s, i);
+    return;
+  }
+  const bool previous_first = first == b.prev;
+  const FreeKey slot{at(s, first).size, at(s, first).ptr, first};
+  merge_links(s, i, first);
+  if (previous_first) try_merge(s, i, at(s, i).next);
+  FreeBlocks& list = s.pool_of(at(s, i)).free;
+  list.replace(list.lower_bound(slot), {at(s, i).size, at(s, i).ptr, i});
 }
 
 std::vector<SegmentView> segment_views(Sim& s) {
@@ -414,18 +492,88 @@ u64 rounded_size(u64 bytes, const Config& c) {
   return kMinBlockSize * ((bytes + kMinBlockSize - 1) / kMinBlockSize);
 }
 
-Result simulate(const std::vector<Event>& trace, const Config& c) {
-  Sim s;
-  s.cfg = c;
-  for (size_t n = 0; n < trace.size(); ++n) {
-    const Event& e = trace[n];
+namespace {
+
+u64 conf_number(const std::string& key, const std::string& value) {
+  if (value.empty() || value.size() > 12 || value.find_first_not_of("0123456789") != std::string::npos)
+    throw Error("runtime.alloc_conf: " + key + " needs a whole number, got \"" + value + "\"");
+  return std::stoull(value);
+}
+
+bool conf_bool(const std::string& key, const std::string& value) {
+  if (value == "True" || value == "true" || value == "1") return true;
+  if (value == "False" || value == "false" || value == "0") return false;
+  throw Error("runtime.alloc_conf: " + key + " is True or False, got \"" + value + "\"");
+}
+
+/// One key:value option of PYTORCH_CUDA_ALLOC_CONF (c10/cuda/CUDAAllocatorConfig.cpp parseArgs).
+void apply_conf_option(Config& c, const std::string& key, const std::string& value) {
+  if (key == "expandable_segments") c.expandable_segments = conf_bool(key, value);
+  else if (key == "max_split_size_mb") c.max_split_size = std::max<u64>(conf_number(key, value), 20) << 20;  // PyTorch: at least kLargeBuffer
+  else if (key == "max_non_split_rounding_mb") c.max_non_split_rounding = conf_number(key, value) << 20;
+  else if (key == "roundup_power2_divisions") {
+    if (value.starts_with("["))
+      throw Error("runtime.alloc_conf: roundup_power2_divisions per size range ([256:1,...]) is not simulated; give one number");
+    const u64 d = conf_number(key, value);
+    if (d != 0 && (d & (d - 1)) != 0) throw Error("runtime.alloc_conf: roundup_power2_divisions must be a power of 2");
+    c.roundup_power2_divisions.fill(static_cast<std::uint32_t>(d));
+  } else if (key != "garbage_collection_threshold") {
+    throw Error("runtime.alloc_conf: option \"" + key + "\" is not simulated; supported: expandable_segments, "
+                "max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions, garbage_collection_threshold");
+  }
+}
+
+}  // namespace
+
+Config config_from_alloc_conf(const std::string& conf) {
+  Config c;
+  size_t start = 0;
+  while (start < conf.size()) {
+    size_t end = conf.find(',', start);
+    if (conf.find('[', start) < end) end = conf.find(',', conf.find(']', start));  // a bracketed list holds commas
+    const std::string option = conf.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const size_t colon = option.find(':');
+    if (colon == std::string::npos)
+      throw Error("runtime.alloc_conf: \"" + option + "\" is not key:value (PYTORCH_CUDA_ALLOC_CONF syntax)");
+    apply_conf_option(c, option.substr(0, colon), option.substr(colon + 1));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return c;
+}
+
+namespace {
+
+/// A trace, either as Events or in the compact signed form (with no 0 entries), read in place.
+class Trace {
+ public:
+  explicit Trace(const std::vector<Event>& t) : events_(t.data()), size_(t.size()) {}
+  explicit Trace(const std::vector<std::int64_t>& t) : compact_(t.data()), size_(t.size()) {}
+  [[nodiscard]] size_t size() const { return size_; }
+  Event operator[](size_t n) const {
+    if (events_) return events_[n];
+    const std::int64_t v = compact_[n];
+    return v > 0 ? Event{false, static_cast<u64>(v)} : Event{true, static_cast<u64>(-(v + 1))};
+  }
+
+ private:
+  const Event* events_ = nullptr;
+  const std::int64_t* compact_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Events [begin, end) of a trace; false at an out-of-memory (recorded in the stats). One function
+/// with its loop: the per-event work is the simulation's hot path.
+bool apply_events(Sim& s, const Trace& trace, size_t begin, size_t end) {
+  for (size_t n = begin; n < end; ++n) {
+    const Event e = trace[n];
     if (!e.free) {
       const int i = malloc_block(s, e.value);
       if (i == kNone) {
         s.st.oom = true;
         s.st.oom_event = n;
         s.st.oom_bytes = e.value;
-        break;
+        return false;
       }
       s.live.push_back(i);
       continue;
@@ -436,8 +584,302 @@ Result simulate(const std::vector<Event>& trace, const Config& c) {
     free_block(s, s.live[e.value]);
     s.live[e.value] = kNone;
   }
+  return true;
+}
+
+Result finish(Sim& s) {
   if (s.st.allocated_at_peak_reserved == kNoLimit) s.st.allocated_at_peak_reserved = s.st.allocated;
   return {s.st, segment_views(s)};
+}
+
+}  // namespace
+
+Result simulate(const std::vector<Event>& trace, const Config& c) {
+  Sim s;
+  s.cfg = c;
+  s.live.reserve(trace.size());
+  apply_events(s, Trace(trace), 0, trace.size());
+  return finish(s);
+}
+
+// The periodic shortcut. Why extrapolating is exact:
+// Split the state at the start of an iteration into RELEVANT blocks -- cached free blocks,
+// unmapped ranges of expandable segments, and the allocated blocks the iteration frees without
+// having allocated them ("pending", each known by the position of its free in the iteration) --
+// and INERT blocks, every other allocated block. An inert block is not freed during the
+// iteration, so it is never searched, split or merged; it only stops its neighbours' merges, as
+// any allocated block does. Every decision of the allocator (best fit by size then address,
+// splits, merges, new segments at next_address above every existing one, pages mapped from an
+// unmapped range) reads the relevant blocks, the allocated/free state of their neighbours, the
+// pool, the config and next_address; with no device limit nothing is ever released.
+// Let iterations k and k+1 be isomorphic (same requests; frees of their own allocations at the
+// same relative numbers; frees of older allocations at the same positions) and the relevant
+// blocks at the start of k+1 equal those at the start of k (addresses, sizes, mapping; pending:
+// requested bytes and freeing position). Then k+1 takes k's decisions one for one, its new
+// segments lying d = next_address(k+1) - next_address(k) higher: old blocks compare with the same
+// old blocks, new ones lie above all old ones in both, and keep their order among themselves. So
+// k+1 leaves the old segments as k left them, except that the pending blocks now hold k+1's
+// allocations, and adds copies of k's new segments d higher, which hold only inert blocks (a
+// relevant block there would have had an address no start state had). The start of k+2 then has
+// the relevant blocks of the start of k+1 again, as long as k+2 frees, at each position that
+// frees an older allocation, k+1's allocation of the number k+1 freed of k there; by induction,
+// every later iteration repeats k. The shortcut checks exactly these conditions (relevant blocks
+// equal; every later iteration isomorphic, its older frees D allocations on; no block allocated in
+// k left live but inert in an old segment), copies k's new segments once per remaining iteration
+// (d higher, allocation numbers D higher), renumbers the pending blocks, and adds k's changes to
+// the counters. Allocated and requested bytes move by the same amount each iteration and rise by
+// the same amount within it, so the peak is the highest start plus k's rise; reserved only grows.
+
+namespace {
+
+/// The state at the start of an iteration, as far as the shortcut compares and extrapolates it.
+struct Boundary {
+  bool valid = false;  ///< false: the iteration frees an allocation that is not live
+  std::vector<FreeKey> free_small, free_large;      ///< cached blocks, in free-list order
+  std::vector<std::pair<u64, u64>> unmapped;        ///< (address, size) of unmapped ranges
+  std::vector<std::array<u64, 3>> pending;          ///< (address, size, requested) by freeing position
+  std::vector<size_t> pending_ids;                  ///< their allocation numbers
+  std::vector<size_t> pending_at;                   ///< the positions of their frees in the iteration
+  Stats st;
+  u64 next_address = 0;
+  int expandable_segments = 0;
+  size_t allocations = 0;  ///< allocations before the iteration
+};
+
+bool same_keys(const std::vector<FreeKey>& a, const std::vector<FreeKey>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                    [](const FreeKey& x, const FreeKey& y) { return x.size == y.size && x.ptr == y.ptr; });
+}
+
+bool same_relevant(const Boundary& a, const Boundary& b) {
+  return a.valid && b.valid && same_keys(a.free_small, b.free_small) && same_keys(a.free_large, b.free_large) &&
+         a.unmapped == b.unmapped && a.pending == b.pending && a.pending_at == b.pending_at;
+}
+
+/// Fills `b` (its buffers reused) with the state at the start of the iteration at `begin`.
+void boundary_at(Sim& s, const Trace& trace, size_t begin, size_t length, Boundary& b) {
+  b.valid = false;
+  b.st = s.st;
+  b.next_address = s.next_address;
+  b.expandable_segments = s.expandable_segments;
+  b.allocations = s.live.size();
+  b.free_small.assign(s.small.free.keys().begin(), s.small.free.keys().end());
+  b.free_large.assign(s.large.free.keys().begin(), s.large.free.keys().end());
+  b.unmapped.clear();
+  for (const Pool* pool : {&s.small, &s.large})
+    for (const auto& [ptr, i] : pool->unmapped) b.unmapped.emplace_back(ptr, at(s, i).size);
+  b.pending.clear();
+  b.pending_ids.clear();
+  b.pending_at.clear();
+  for (size_t p = 0; p < length; ++p) {
+    const Event e = trace[begin + p];
+    if (!e.free || e.value >= b.allocations) continue;
+    if (s.live[e.value] == kNone) return;
+    const Block& blk = at(s, s.live[e.value]);
+    b.pending.push_back({blk.ptr, blk.size, blk.requested});
+    b.pending_ids.push_back(e.value);
+    b.pending_at.push_back(p);
+  }
+  b.valid = true;
+}
+
+/// Whether iterations k+1 .. n-1 of the period repeat iteration k: the same requests, frees of
+/// their own allocations at the same relative numbers, and frees of older allocations that take,
+/// from iteration j-1, the allocation of the number iteration k+1 took from k.
+bool iterations_repeat(const Trace& t, const Period& p, size_t k, size_t base_k, size_t allocs) {
+  auto ev = [&](size_t j, size_t pos) { return t[p.first + j * p.length + pos]; };
+  for (size_t pos = 0; pos < p.length; ++pos) {
+    const Event ek = ev(k, pos);
+    const Event e1 = ev(k + 1, pos);
+    const bool older = ek.free && ek.value < base_k;
+    if (older && (!e1.free || e1.value < base_k || e1.value >= base_k + allocs)) return false;
+    for (size_t j = k + 1; j < p.iterations; ++j) {
+      const Event ej = ev(j, pos);
+      if (ej.free != ek.free) return false;
+      const u64 want = !ek.free ? ek.value : older ? e1.value + (j - k - 1) * allocs : ek.value + (j - k) * allocs;
+      if (ej.value != want) return false;
+    }
+  }
+  return true;
+}
+
+/// Iteration k's allocations still live at the start of k+1 that lie in the segments k created:
+/// `fresh` (block, allocation number) by address, `links` their (prev, next) as positions in
+/// `fresh`. False unless the new segments hold only these and every other allocation of k left
+/// live is a pending block of k+1.
+bool fresh_blocks(Sim& s, const Boundary& k, const Boundary& k1, std::vector<std::pair<int, size_t>>& fresh,
+                  std::vector<std::pair<int, int>>& links) {
+  size_t live_from_k = 0;
+  for (size_t id = k.allocations; id < k1.allocations; ++id) {
+    const int i = s.live[id];
+    if (i == kNone) continue;
+    ++live_from_k;
+    if (at(s, i).ptr >= k.next_address) fresh.emplace_back(i, id);
+  }
+  std::sort(fresh.begin(), fresh.end(), [&](const auto& a, const auto& b) { return at(s, a.first).ptr < at(s, b.first).ptr; });
+  auto position = [&](int block) {
+    for (size_t f = 0; f < fresh.size(); ++f)
+      if (fresh[f].first == block) return static_cast<int>(f);
+    return kNone;
+  };
+  for (const auto& [i, id] : fresh) {
+    const int prev = at(s, i).prev, next = at(s, i).next;
+    links.emplace_back(prev == kNone ? kNone : position(prev), next == kNone ? kNone : position(next));
+    if ((prev != kNone && links.back().first == kNone) || (next != kNone && links.back().second == kNone)) return false;
+  }
+  return live_from_k == fresh.size() + k1.pending.size();
+}
+
+u64 shifted(u64 start, std::int64_t delta, u64 times) {
+  return static_cast<u64>(static_cast<std::int64_t>(start) + delta * static_cast<std::int64_t>(times));
+}
+
+/// Copies iteration k's new segments `m` times, `d` bytes of address and `allocs` numbers apart.
+void copy_fresh(Sim& s, const std::vector<std::pair<int, size_t>>& fresh, const std::vector<std::pair<int, int>>& links,
+                u64 d, size_t allocs, size_t m) {
+  std::vector<int> copy(fresh.size());
+  for (size_t t = 1; t <= m; ++t) {
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      Block b = at(s, fresh[f].first);
+      b.ptr += d * t;
+      copy[f] = new_block(s, b);
+      s.live[fresh[f].second + t * allocs] = copy[f];
+    }
+    for (size_t f = 0; f < fresh.size(); ++f) {
+      at(s, copy[f]).prev = links[f].first == kNone ? kNone : copy[static_cast<size_t>(links[f].first)];
+      at(s, copy[f]).next = links[f].second == kNone ? kNone : copy[static_cast<size_t>(links[f].second)];
+    }
+  }
+}
+
+/// Adds m more iterations like k (start `k`, end `k1`) to the counters; `rise_*`: k's peak above its start.
+void extend_stats(Stats& st, const Stats& k, const Stats& k1, u64 rise_allocated, u64 rise_requested, u64 m) {
+  const std::int64_t da = static_cast<std::int64_t>(k1.allocated) - static_cast<std::int64_t>(k.allocated);
+  const std::int64_t dq = static_cast<std::int64_t>(k1.requested) - static_cast<std::int64_t>(k.requested);
+  const u64 top_allocated = shifted(k1.allocated, da, da > 0 ? m - 1 : 0), top_requested = shifted(k1.requested, dq, dq > 0 ? m - 1 : 0);
+  st.allocated = shifted(k1.allocated, da, m);
+  st.requested = shifted(k1.requested, dq, m);
+  st.peak_allocated = std::max(st.peak_allocated, top_allocated + rise_allocated);
+  st.peak_requested = std::max(st.peak_requested, top_requested + rise_requested);
+  const u64 dr = k1.reserved - k.reserved;  // reserved never shrinks without a device limit
+  st.reserved += dr * m;
+  st.peak_reserved = std::max(st.peak_reserved, st.reserved);
+  if (dr > 0) st.allocated_at_peak_reserved = shifted(k1.allocated_at_peak_reserved, da, m);
+  st.segments += (k1.segments - k.segments) * m;
+  st.peak_segments = std::max(st.peak_segments, st.segments);
+  st.device_allocs += (k1.device_allocs - k.device_allocs) * m;
+  st.device_frees += (k1.device_frees - k.device_frees) * m;
+  st.retries += (k1.retries - k.retries) * m;
+}
+
+/// Applies the iterations after k+1's start (m of them) as repeats of k; false (nothing changed)
+/// when the state is not what the argument above needs.
+bool extrapolate(Sim& s, const Boundary& k, const Boundary& k1, u64 rise_allocated, u64 rise_requested, size_t m) {
+  const size_t allocs = k1.allocations - k.allocations;
+  std::vector<std::pair<int, size_t>> fresh;
+  std::vector<std::pair<int, int>> links;
+  if (k1.expandable_segments != k.expandable_segments || !fresh_blocks(s, k, k1, fresh, links)) return false;
+  s.live.resize(k1.allocations + m * allocs, kNone);
+  copy_fresh(s, fresh, links, k1.next_address - k.next_address, allocs, m);
+  for (size_t id : k1.pending_ids) {
+    s.live[id + m * allocs] = s.live[id];
+    s.live[id] = kNone;
+  }
+  s.next_address += (k1.next_address - k.next_address) * m;
+  extend_stats(s.st, k.st, k1.st, rise_allocated, rise_requested, m);
+  return true;
+}
+
+/// The peaks of allocated and requested bytes within one iteration (the outer ones kept apart).
+struct LocalPeaks {
+  u64 outer_allocated = 0, outer_requested = 0, start_allocated = 0, start_requested = 0;
+  void open(Stats& st) {
+    outer_allocated = st.peak_allocated, outer_requested = st.peak_requested;
+    start_allocated = st.allocated, start_requested = st.requested;
+    st.peak_allocated = st.allocated, st.peak_requested = st.requested;
+  }
+  /// Restores the outer peaks; returns the rises above the iteration's start.
+  std::pair<u64, u64> close(Stats& st) const {
+    const std::pair<u64, u64> rise{st.peak_allocated - start_allocated, st.peak_requested - start_requested};
+    st.peak_allocated = std::max(outer_allocated, st.peak_allocated);
+    st.peak_requested = std::max(outer_requested, st.peak_requested);
+    return rise;
+  }
+};
+
+/// A period's iterations one by one, comparing each start with the previous one and extrapolating
+/// the rest once they repeat. False at an out-of-memory.
+bool run_period(Sim& s, const Trace& trace, const Period& p, Result& r) {
+  Boundary previous, now;  // reused: no allocation per layer once their buffers have grown
+  LocalPeaks peaks;
+  std::pair<u64, u64> rise{0, 0};
+  std::array<size_t, 3> counts{}, previous_counts{};
+  for (size_t j = 0; j < p.iterations; ++j) {
+    const size_t begin = p.first + j * p.length;
+    if (j > 0) rise = peaks.close(s.st);
+    // equal states have equally many cached and unmapped blocks: the full state is taken only then
+    counts = {s.small.free.keys().size(), s.large.free.keys().size(), s.small.unmapped.size() + s.large.unmapped.size()};
+    now.valid = false;
+    if (j > 0 && counts == previous_counts) {
+      boundary_at(s, trace, begin, p.length, now);
+      if (same_relevant(previous, now) &&
+          iterations_repeat(trace, p, j - 1, previous.allocations, now.allocations - previous.allocations) &&
+          extrapolate(s, previous, now, rise.first, rise.second, p.iterations - j)) {
+        ++r.periods_extrapolated;
+        r.events_skipped += (p.iterations - j) * p.length;
+        return true;
+      }
+    }
+    peaks.open(s.st);
+    if (!apply_events(s, trace, begin, begin + p.length)) {
+      peaks.close(s.st);
+      return false;
+    }
+    std::swap(previous, now);
+    previous_counts = counts;
+  }
+  peaks.close(s.st);
+  ++r.periods_simulated;
+  return true;
+}
+
+}  // namespace
+
+namespace {
+
+Result periodic(const Trace& trace, const std::vector<Period>& periods, const Config& c) {
+  Sim s;
+  s.cfg = c;
+  s.live.reserve(trace.size());
+  Result r;
+  size_t n = 0;
+  bool ok = true;
+  for (const Period& p : periods) {
+    if (p.first < n || p.iterations < 3 || p.length == 0 || p.first + p.length * p.iterations > trace.size()) continue;
+    ok = apply_events(s, trace, n, p.first) && run_period(s, trace, p, r);
+    if (!ok) break;
+    n = p.first + p.length * p.iterations;
+  }
+  if (ok) apply_events(s, trace, n, trace.size());
+  Result done = finish(s);
+  done.periods_extrapolated = r.periods_extrapolated;
+  done.periods_simulated = r.periods_simulated;
+  done.events_skipped = r.events_skipped;
+  return done;
+}
+
+}  // namespace
+
+Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (c.device_limit != kNoLimit) return simulate(trace, c);  // releases break the argument
+  return periodic(Trace(trace), periods, c);
+}
+
+Result simulate_periodic(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (std::find(trace.begin(), trace.end(), 0) != trace.end())
+    throw Error("simulate_periodic: a compact trace with 0 entries (empty tensors) must go through events_from_signed");
+  if (c.device_limit != kNoLimit) return simulate(events_from_signed(trace), c);
+  return periodic(Trace(trace), periods, c);
 }
 
 }  // namespace memfit::alloc

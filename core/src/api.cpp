@@ -2,6 +2,7 @@
 #include "memfit/api.hpp"
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
@@ -9,6 +10,7 @@
 #include "memfit/library.hpp"
 #include "memfit/planner.hpp"
 #include "memfit/serving.hpp"
+#include "schedule.hpp"
 
 #include "frameworks.hpp"
 
@@ -103,6 +105,7 @@ json estimate_to_json(const Estimate& e, const Request& r) {
       {"per_gpu",
        {{"allocated_peak_bytes", e.allocated_peak_bytes},
         {"reserved_peak_bytes", e.reserved_peak_bytes},
+        {"reserved_method", e.reserved_method},
         {"device_total_bytes", e.device_total_bytes},
         {"gpu_memory_bytes", e.gpu_memory_bytes},
         {"headroom_bytes", headroom},
@@ -276,6 +279,27 @@ std::string defaults_json() {
                 {"serving", serving_setup_to_json(ServingSetup{})}, {"serving_engines", engines},
                 {"precision_meaning", precision_meanings()}, {"frameworks", frameworks}};
   });
+}
+
+static json tensor_lists_to_json(const Request& r) {
+  const std::optional<sched::StepSetup> s = sched::step_setup(r);
+  if (!s)
+    return {{"covered", false},
+            {"reason", "no tensor list yet for family '" + r.model.family + "' with this precision, task or layout"}};
+  json lists = json::array();
+  for (const sched::ListTable& t : sched::tensor_tables(*s)) {
+    json fwd = json::array(), bwd = json::array();
+    for (const sched::TensorRow& e : t.forward)
+      fwd.push_back({{"name", e.name}, {"op", e.op}, {"elements", e.elements}, {"element_bytes", e.element_bytes},
+                     {"bytes", e.bytes}, {"saved", e.saved}, {"freed_after", e.freed_after}});
+    for (const sched::BackwardRow& e : t.backward) bwd.push_back({{"name", e.name}, {"bytes", e.bytes}});
+    lists.push_back({{"list", t.list}, {"forward", fwd}, {"backward", bwd}});
+  }
+  return {{"covered", true}, {"layers", s->layers}, {"checkpointing", s->checkpointing}, {"lists", lists}};
+}
+
+std::string tensor_lists_json(std::string_view request_json) {
+  return guarded([&] { return tensor_lists_to_json(request_from_json(parse_text(request_json, "the request"))); });
 }
 
 std::string intake_json(std::string_view input_json) {

@@ -15,13 +15,16 @@
 #include "memfit/estimate.hpp"
 
 #include <algorithm>
-#include <map>
 #include <cstdio>
+#include <map>
+#include <optional>
 
 #include "activations.hpp"
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
 #include "parallel.hpp"
+#include "reserved.hpp"
+#include "schedule.hpp"
 #include "states.hpp"
 
 namespace memfit {
@@ -55,7 +58,8 @@ const char* formula_of(const std::string& name) {
       {"kv_cache", "2 x layers x kv_heads x head_dim x bytes x tokens (MLA: latent + rope key; sliding-window layers: the window)"},
       {"communication_buffers", "gradient buckets, gathered parameter units (ZeRO-3/FSDP), pipeline send/recv buffers"},
       {"cublas_workspace", "cuBLAS/cuBLASLt workspaces, allocated through PyTorch's allocator"},
-      {"allocator_overhead", "caching allocator: reserved minus allocated (2 MiB segments, fragmentation from activation churn)"},
+      {"allocator_overhead", "caching allocator: reserved minus allocated (approximate rule: 20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak)"},
+      {"allocator_fragmentation", "caching allocator, simulated over the step's tensor schedule: segments held at the reserved peak minus the allocated peak (2 MiB segments for blocks <= 1 MiB, 20 MiB or the size rounded to 2 MiB above; freed blocks are cached, split and merged, and a request no cached block fits takes a new segment)"},
       {"cuda_context", "CUDA context and kernel images outside the allocator (nvidia-smi minus reserved)"},
       {"paged_optimizer_states", "bitsandbytes paged states in CUDA unified memory (outside PyTorch's allocator)"},
       {"nccl_buffers", "NCCL channel buffers, allocated outside PyTorch's allocator"},
@@ -490,18 +494,39 @@ u64 cuda_context_for(const Request& r) {
   return g ? g->cuda_context_bytes : 500 * MiB;
 }
 
-u64 cublas_workspace_for(const Request& r) {
-  // From PyTorch's source, not measured: its default CUBLAS_WORKSPACE_CONFIG is ":4096:2:16:8"
-  // (8.125 MiB) before Hopper and ":4096:8" (32 MiB) on sm90+ (aten/src/ATen/cuda/
-  // CublasHandlePool.cpp), plus a cuBLASLt workspace (1 MiB).
+/// The cuBLAS and cuBLASLt workspaces, allocated through PyTorch's allocator. From PyTorch's
+/// source, not measured: its default CUBLAS_WORKSPACE_CONFIG is ":4096:2:16:8" (8.125 MiB) before
+/// Hopper and ":4096:8" (32 MiB) on sm90+ (aten/src/ATen/cuda/CublasHandlePool.cpp), plus a
+/// cuBLASLt workspace (1 MiB).
+std::vector<u64> cublas_workspaces(const Request& r) {
   const GpuSpec* g = find_gpu(r.gpu.name);
   const std::string name = g ? g->name : "";
   const bool hopper = name.starts_with("H") || name.starts_with("B");
-  return hopper ? 33 * MiB : 9 * MiB + MiB / 8;
+  return {hopper ? 32 * MiB : 8 * MiB + MiB / 8, MiB};
+}
+
+u64 cublas_workspace_for(const Request& r) {
+  u64 total = 0;
+  for (u64 w : cublas_workspaces(r)) total = add(total, w);
+  return total;
+}
+
+constexpr const char* kSimulatedMethod = "simulated allocator over the tensor schedule";
+
+/// Peak reserved from the tensor schedule replayed through the caching-allocator simulation, for
+/// the CUDA training setups the schedule covers (sched::step_setup); 0 elsewhere.
+u64 simulated_reserved_for(const Request& r) {
+  if (r.device != Device::Cuda || r.task == Task::Inference) return 0;
+  std::optional<sched::StepSetup> s = sched::step_setup(r);
+  if (!s) return 0;
+  s->workspaces = cublas_workspaces(r);
+  return sched::simulated_reserved(*s, alloc::config_from_alloc_conf(r.runtime.alloc_conf));
 }
 
 /// Fills allocated/reserved/device figures and the breakdown from the largest moment.
-Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 paged, u64 nccl) {
+/// `simulated_reserved` (0: none) replaces the rule's reserved; it is never below the allocated
+/// peak (the schedule's allocated peak and the estimator's agree within 2 %, not exactly).
+Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 paged, u64 nccl, u64 simulated_reserved = 0) {
   Estimate e;
   size_t best = 0;
   for (size_t i = 0; i < moments.size(); ++i) {
@@ -518,8 +543,12 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
   if (workspace) peak.parts["cublas_workspace"] = workspace;
   for (PhasePeak& p : e.phases) p.allocated_bytes = add(p.allocated_bytes, workspace);
   e.allocated_peak_bytes = peak.total();
-  const u64 overhead = cuda ? allocator_overhead(peak) : 0;
+  const bool simulated = cuda && simulated_reserved > 0;
+  const u64 overhead = simulated ? simulated_reserved - std::min(simulated_reserved, e.allocated_peak_bytes)
+                       : cuda    ? allocator_overhead(peak)
+                                 : 0;
   e.reserved_peak_bytes = add(e.allocated_peak_bytes, overhead);
+  e.reserved_method = simulated ? kSimulatedMethod : cuda ? "approximate rule" : "no caching allocator (CPU): reserved = allocated";
   const u64 context = cuda ? cuda_context_for(r) : 0;
   if (!cuda) nccl = 0;
   e.device_total_bytes = add(add(e.reserved_peak_bytes, context), add(paged, nccl));
@@ -531,7 +560,8 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
     auto it = peak.parts.find(k);
     if (it != peak.parts.end() && it->second > 0) e.breakdown.push_back({k, it->second, formula_of(k)});
   }
-  if (overhead) e.breakdown.push_back({"allocator_overhead", overhead, formula_of("allocator_overhead")});
+  if (overhead)
+    e.breakdown.push_back({"allocator_overhead", overhead, simulated ? formula_of("allocator_fragmentation") : formula_of("allocator_overhead")});
   if (paged) e.breakdown.push_back({"paged_optimizer_states", paged, formula_of("paged_optimizer_states")});
   if (nccl) e.breakdown.push_back({"nccl_buffers", nccl, formula_of("nccl_buffers")});
   if (context) e.breakdown.push_back({"cuda_context", context, formula_of("cuda_context")});
@@ -637,9 +667,10 @@ Estimate estimate(const Request& r) {
   } else {
     // Evaluate every kind of rank and report the busiest one.
     std::string busiest;
+    const u64 simulated = simulated_reserved_for(r);
     for (const RankRole& role : layout.roles) {
       const RankStates rs = rank_states(s, r, layout, role);
-      Estimate candidate = summarise(r, training_moments(r, s, layout, role, rs), rs.paged_states, rs.nccl);
+      Estimate candidate = summarise(r, training_moments(r, s, layout, role, rs), rs.paged_states, rs.nccl, simulated);
       candidate.cpu_ram_bytes = rs.cpu_ram;
       if (busiest.empty() || candidate.device_total_bytes > e.device_total_bytes) {
         e = candidate;

@@ -10,6 +10,8 @@
 //  [F] aten _scaled_dot_product_flash_attention (CPU): saves q, k, v, output and logsumexp
 #include "layer_ops.hpp"
 
+#include "layer_ops_rms.hpp"
+
 #include <algorithm>
 
 namespace memfit::sched {
@@ -28,6 +30,17 @@ u64 Dims::of(Sym x) const {
     case Sym::V: return v;
     case Sym::R: return r;
     case Sym::HeadDim: return head_dim;
+    case Sym::QKV: return qkv ? qkv : add(q, mul(2, kv));
+    case Sym::QR: return qr ? qr : q;
+    case Sym::KR: return kr ? kr : kv;
+    case Sym::QRHalf: return (qr ? qr : q) / 2;
+    case Sym::KRHalf: return (kr ? kr : kv) / 2;
+    case Sym::Pos: return pos;
+    case Sym::KvHeads: return kv_heads;
+    case Sym::TwoI: return mul(2, i);
+    case Sym::S_: return mul(b, s, topk);
+    case Sym::E: return experts;
+    case Sym::SharedI: return shared_i;
   }
   return 1;
 }
@@ -81,6 +94,8 @@ void rotary(OpList& l, bool k) {
 
 }  // namespace
 
+const FamilyLists kLlamaLists{&decoder_layer, &embedding, &head_and_loss, &edit_input_needs_no_grad};
+
 const TensorOp* find_op(const OpList& l, std::string_view name) {
   for (const TensorOp& t : l)
     if (t.name == name) return &t;
@@ -117,9 +132,12 @@ OpList decoder_layer(const LayerSetup& s) {
   l.push_back({"down_proj.out", "linear", TH, Dt::Model, false, "mlp.residual", TI, shape(Sym::I, Sym::H)});
   l.push_back({"mlp.residual", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
                "attn.residual"});
+  if (s.family && s.family->layer) s.family->layer(l, s);
   if (s.eager) edit_eager_attention(l, s.gqa);
-  else if (s.window_mask) edit_window_mask(l);
+  else if (s.window_mask) edit_window_mask(l, s.gqa);
   if (s.half) edit_half_precision(l);
+  if (s.family && s.family->layer_after_precision) s.family->layer_after_precision(l, s);
+  if (s.autocast) edit_autocast(l);
   if (!s.full) edit_lora(l, s.lora_all);
   return l;
 }
@@ -156,8 +174,7 @@ void edit_eager_attention(OpList& l, bool gqa) {
   if (gqa) {
     find_mut(l, "k.rot")->saved = false;
     find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
-    find_mut(l, "v_proj.out")->saved = false;
-    find_mut(l, "v_proj.out")->dies_after = "attn.v_repeat";
+    if (TensorOp* v = find_mut(l, "v_proj.out")) v->saved = false, v->dies_after = "attn.v_repeat";
     e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
     e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
   }
@@ -171,91 +188,121 @@ void edit_eager_attention(OpList& l, bool gqa) {
   l.insert(at, e.begin(), e.end());
 }
 
-void edit_window_mask(OpList& l) {
+void edit_window_mask(OpList& l, bool gqa) {
   // a sliding window shorter than the sequence: the CPU SDPA path builds a [b, 1, s, s] float mask
-  // in every layer, and with a mask Transformers repeats K/V to every query head [S]
+  // in every layer, and with a mask Transformers repeats K/V to every query head [S] (repeat_kv
+  // returns K/V themselves when every head has its own)
   const auto at = position(l, "attn.out");
   OpList e;
   e.push_back({"attn.mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
-  e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
-  e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
-  find_mut(l, "k.rot")->saved = false;
-  find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
-  find_mut(l, "v_proj.out")->saved = false;
-  find_mut(l, "v_proj.out")->dies_after = "attn.v_repeat";
+  if (gqa) {
+    e.push_back({"attn.k_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+    e.push_back({"attn.v_repeat", "expand+reshape", TQ, Dt::Model, true, {}, TKV});
+    find_mut(l, "k.rot")->saved = false;
+    find_mut(l, "k.rot")->dies_after = "attn.k_repeat";
+    if (TensorOp* v = find_mut(l, "v_proj.out")) v->saved = false, v->dies_after = "attn.v_repeat";
+  }
   l.insert(at, e.begin(), e.end());
 }
+
+namespace {
+
+/// A Linear LoRA can adapt: its output entry, the tensor it reads, and the adapter's entries.
+struct LoraTarget {
+  std::string_view out, input, base, in, a, b, sum, scaled;
+  bool qv;  ///< adapted under LoRA on q_proj and v_proj only
+};
+constexpr LoraTarget kLoraTargets[] = {
+    {"q_proj.out", "norm1.out", "q_proj.base", "q.lora_in", "q.lora_A", "q.lora_B", "q.lora_sum", "q.lora_scaled", true},
+    {"k_proj.out", "norm1.out", "k_proj.base", "k.lora_in", "k.lora_A", "k.lora_B", "k.lora_sum", "k.lora_scaled", false},
+    {"v_proj.out", "norm1.out", "v_proj.base", "v.lora_in", "v.lora_A", "v.lora_B", "v.lora_sum", "v.lora_scaled", true},
+    {"qkv_proj.out", "norm1.out", "qkv_proj.base", "qkv.lora_in", "qkv.lora_A", "qkv.lora_B", "qkv.lora_sum",
+     "qkv.lora_scaled", false},
+    {"o_proj.out", "attn.out", "o_proj.base", "o.lora_in", "o.lora_A", "o.lora_B", "o.lora_sum", "o.lora_scaled", false},
+    {"gate_proj.out", "norm2.out", "gate_proj.base", "gate.lora_in", "gate.lora_A", "gate.lora_B", "gate.lora_sum",
+     "gate.lora_scaled", false},
+    {"up_proj.out", "norm2.out", "up_proj.base", "up.lora_in", "up.lora_A", "up.lora_B", "up.lora_sum", "up.lora_scaled",
+     false},
+    {"gate_up_proj.out", "norm2.out", "gate_up_proj.base", "gate_up.lora_in", "gate_up.lora_A", "gate_up.lora_B",
+     "gate_up.lora_sum", "gate_up.lora_scaled", false},
+    {"down_proj.out", "mlp.mul", "down_proj.base", "down.lora_in", "down.lora_A", "down.lora_B", "down.lora_sum",
+     "down.lora_scaled", false},
+};
+
+/// PEFT's lora.Linear around one frozen Linear [P].
+void add_adapter(OpList& l, const LoraTarget& k, bool half) {
+  auto it = position(l, k.out);
+  TensorOp result = *it;  // what the consumers read keeps the base output's name and lifetime
+  const Shape out = it->shape, in = it->grad_input;
+  // the frozen base product: dies once the adapter's output is added
+  it->name = k.base;
+  it->saved = false;
+  it->dies_after = half ? k.sum : k.out;
+  it->weight = kNone;
+  OpList e;
+  // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
+  // (its backward casts the fp32 gradient back to the input's dtype); dropout(p=0) is an Identity
+  if (half) e.push_back({k.in, "_to_copy", in, Dt::F32, true, {}, in});
+  if (half) e.back().released_by = k.a;  // kept by lora_A: released once lora_A's backward has run
+  // lora_A saves its input [D]; its [T, r] output is kept by lora_B; the gradients are in the
+  // adapter dtype
+  e.push_back({k.a, "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in, shape(in.f[1], Sym::R), Dt::Adapter,
+               Dt::Adapter});
+  // lora_B's output dies once scaled; `* scaling` (a Python number) saves nothing and its
+  // backward scales the gradient into a new tensor [D: mul]
+  e.push_back({k.b, "linear", out, Dt::Adapter, false, {}, shape(Sym::T, Sym::R), shape(Sym::R, out.f[1]), Dt::Adapter,
+               Dt::Adapter});
+  e.push_back({k.scaled, "mul", out, Dt::Adapter, false, half ? k.sum : k.out, out, kNone, Dt::Model, Dt::Adapter});
+  // result + adapter [P]: add hands its gradient to both operands [D]; the frozen base Linear's
+  // backward runs on it beside the adapter's chain, and the two input gradients are summed.
+  // A half base output beside the fp32 adapter: the sum is fp32 (type promotion), cast back [P]
+  // (autograd casts the gradient the half operand gets)
+  if (half) e.push_back({k.sum, "add", out, Dt::F32, false, {}, kNone, kNone, Dt::Model, Dt::Model, k.base});
+  result.op = half ? "_to_copy" : "add";
+  result.weight = kNone;
+  result.grad_input = half ? out : kNone;
+  result.grad_dtype = Dt::F32;
+  result.residual_of = half ? std::string_view{} : k.base;
+  e.push_back(result);
+  l.insert(position(l, k.base) + 1, e.begin(), e.end());
+}
+
+/// Who keeps the input of the adapted Linears: a frozen Linear keeps nothing [D]; in fp32 the
+/// first adapter reading it keeps it (released by its lora_A's backward, the last to run); in
+/// half precision every adapter keeps its own fp32 cast, so the half input is only held by the
+/// Python frame that passes it: until the module reading it returns (the attention after o_proj,
+/// the MLP after down_proj) [L][P][D]. (The flash kernel keeps its own output, which o_proj reads.)
+void adapter_inputs(OpList& l, bool all_linear, bool half) {
+  struct Input {
+    std::string_view tensor, module_end;
+  };
+  for (const Input& x : {Input{"norm1.out", "o_proj.out"}, Input{"attn.out", "o_proj.out"},
+                         Input{"norm2.out", "down_proj.out"}, Input{"mlp.mul", "down_proj.out"}}) {
+    TensorOp* t = find_mut(l, x.tensor);
+    if (!t || (x.tensor == "attn.out" && t->op != "clone")) continue;
+    std::string_view first_adapter;
+    for (const LoraTarget& k : kLoraTargets)
+      if (k.input == x.tensor && find_op(l, k.out) && (all_linear || k.qv) && first_adapter.empty()) first_adapter = k.a;
+    if (first_adapter.empty() || half) {
+      t->saved = false;
+      t->dies_after = x.module_end;
+    } else {
+      t->released_by = first_adapter;
+    }
+  }
+}
+
+}  // namespace
 
 void edit_lora(OpList& l, bool all_linear) {
   // frozen weights: no weight gradients; norms frozen, so x_hat is not kept [D]
   for (TensorOp& t : l) t.weight = kNone;
   for (std::string_view n : {"norm1.x_hat", "norm2.x_hat", "norm1.x_hat_half", "norm2.x_hat_half"})
     if (TensorOp* t = find_mut(l, n)) t->saved = false, t->dies_after = {};
-  // a frozen linear keeps nothing; its input stays only if an adapter reads it
-  if (!all_linear) {
-    find_mut(l, "norm2.out")->saved = false;
-    find_mut(l, "norm2.out")->dies_after = "up_proj.out";
-    find_mut(l, "mlp.mul")->saved = false;
-    find_mut(l, "mlp.mul")->dies_after = "down_proj.out";
-    if (TensorOp* o = find_mut(l, "attn.out"); o && o->op == "clone") o->saved = false, o->dies_after = "o_proj.out";
-  }
   const bool half = find_op(l, "norm1.upcast") != nullptr;
-  static constexpr std::string_view kOut[] = {"q_proj.out", "k_proj.out", "v_proj.out", "o_proj.out",
-                                              "gate_proj.out", "up_proj.out", "down_proj.out"};
-  static constexpr std::string_view kBase[] = {"q_proj.base", "k_proj.base", "v_proj.base", "o_proj.base",
-                                               "gate_proj.base", "up_proj.base", "down_proj.base"};
-  static constexpr std::string_view kIn[] = {"q.lora_in", "k.lora_in", "v.lora_in", "o.lora_in",
-                                             "gate.lora_in", "up.lora_in", "down.lora_in"};
-  static constexpr std::string_view kA[] = {"q.lora_A", "k.lora_A", "v.lora_A", "o.lora_A",
-                                            "gate.lora_A", "up.lora_A", "down.lora_A"};
-  static constexpr std::string_view kB[] = {"q.lora_B", "k.lora_B", "v.lora_B", "o.lora_B",
-                                            "gate.lora_B", "up.lora_B", "down.lora_B"};
-  static constexpr std::string_view kSum[] = {"q.lora_sum", "k.lora_sum", "v.lora_sum", "o.lora_sum",
-                                              "gate.lora_sum", "up.lora_sum", "down.lora_sum"};
-  for (size_t k = 0; k < std::size(kOut); ++k) {
-    const bool target = all_linear || k == 0 || k == 2;
-    if (!target) continue;
-    auto it = position(l, kOut[k]);
-    TensorOp result = *it;  // what the consumers read keeps the base output's name and lifetime
-    const Shape out = it->shape, in = it->grad_input;
-    // the frozen base product: dies once the adapter's output is added
-    it->name = kBase[k];
-    it->saved = false;
-    it->dies_after = half ? kSum[k] : kOut[k];
-    OpList e;
-    // PEFT casts the input to the adapter dtype (fp32) [P]: a copy in half precision, kept by lora_A
-    // (its backward casts the fp32 gradient back to the input's dtype)
-    if (half) e.push_back({kIn[k], "_to_copy", in, Dt::F32, true, {}, in});
-    // lora_A saves its input [D]; its [T, r] output is kept by lora_B; the gradients are in the
-    // adapter dtype
-    e.push_back({kA[k], "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in,
-                 shape(in.f[1], Sym::R), Dt::Adapter, Dt::Adapter});
-    // lora_B's output, scaled (mul saves nothing: the scale is a number [D]), dies at the sum
-    e.push_back({kB[k], "linear", out, Dt::Adapter, false, half ? kSum[k] : kOut[k], shape(Sym::T, Sym::R),
-                 shape(Sym::R, out.f[1]), Dt::Adapter, Dt::Adapter});
-    // result + adapter: fp32 when the base output is half (type promotion), then cast back [P]
-    if (half) e.push_back({kSum[k], "add", out, Dt::F32, false, {}, out});
-    result.op = half ? "_to_copy" : "add";
-    result.weight = kNone;
-    result.grad_input = out;
-    e.push_back(result);
-    auto where = position(l, kBase[k]) + 1;
-    l.insert(where, e.begin(), e.end());
-  }
-  // in half precision every adapter keeps its own fp32 cast, so nothing keeps the half input of a
-  // Linear any more (the flash kernel still keeps its output, which o_proj reads) [P][D]
-  if (!half) return;
-  struct Reader {
-    std::string_view input, last_reader_all, last_reader_qv;
-  };
-  for (const Reader& r : {Reader{"norm1.out", "v.lora_in", "v.lora_in"}, Reader{"norm2.out", "up.lora_in", "up_proj.base"},
-                          Reader{"mlp.mul", "down.lora_in", "down_proj.base"}}) {
-    TensorOp* t = find_mut(l, r.input);
-    t->saved = false;
-    t->dies_after = all_linear ? r.last_reader_all : r.last_reader_qv;
-  }
-  if (TensorOp* o = find_mut(l, "attn.out"); o->op == "clone")
-    o->saved = false, o->dies_after = all_linear ? "o.lora_in" : "o_proj.base";
+  adapter_inputs(l, all_linear, half);
+  for (const LoraTarget& k : kLoraTargets)
+    if ((all_linear || k.qv) && find_op(l, k.out)) add_adapter(l, k, half);
 }
 
 void edit_input_needs_no_grad(OpList& l) {
@@ -264,8 +311,11 @@ void edit_input_needs_no_grad(OpList& l) {
   const auto rope = position(l, "q.mul_cos");
   for (auto it = l.begin(); it != rope; ++it) {
     const std::string_view n = it->name;
-    const bool adapter_chain = n.ends_with("lora_B") || n.ends_with("lora_sum") || n.ends_with("_proj.out");
-    if (!adapter_chain) it->grad_input = kNone;
+    // what reads only the norm's output (the frozen bases, lora_A and its cast) passes no gradient on
+    const bool reads_input = n.starts_with("norm1.") || n.ends_with("_proj.base") || n.ends_with("lora_A") ||
+                             n.ends_with("lora_in") || n == "input";
+    if (reads_input) it->grad_input = kNone;
+    it->residual_of = {};  // the frozen base Linear gets no gradient to pass on
     if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false, it->dies_after = {};
   }
   TensorOp* in = find_mut(l, "input");
@@ -275,7 +325,6 @@ void edit_input_needs_no_grad(OpList& l) {
 }
 
 OpList embedding(const LayerSetup& s) {
-  (void)s;
   OpList l;
   // LlamaRotaryEmbedding [L]: cos and sin [b, s, head_dim] in the model dtype, used by every layer
   // (kept by every layer's rotary muls until the backward is over); position_ids is one row
@@ -284,11 +333,14 @@ OpList embedding(const LayerSetup& s) {
   l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   // eager attention: the model builds one 4-D causal mask [b, 1, s, s] for all layers; add saves
   // nothing [D], so it lives until the decoder stack returns [L]
-  if (s.eager)
+  if (s.eager) {
     l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
   // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the last
   // entry of a list is what it hands on)
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+  if (s.family && s.family->embedding) s.family->embedding(l, s);
   return l;
 }
 
@@ -303,8 +355,12 @@ OpList head_and_loss(const LayerSetup& s) {
     l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
   }
   if (!s.full) {
+    // a frozen norm and a frozen lm_head: mul and mm keep only what the weight gradient needs [D],
+    // so neither x_hat nor the norm's output is kept
     for (TensorOp& t : l) t.weight = kNone;
     find_mut(l, s.half ? "norm1.x_hat_half" : "norm1.x_hat")->saved = false;
+    find_mut(l, "norm1.out")->saved = false;
+    find_mut(l, "norm1.out")->dies_after = "logits";
   }
   // lm_head: linear saves its input (the frozen head of a LoRA run needs it for the input gradient
   // only, which needs the weight, not the input [D]) — kept by the model output either way
@@ -320,6 +376,8 @@ OpList head_and_loss(const LayerSetup& s) {
                shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
   // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
   l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+  if (s.family && s.family->head) s.family->head(l, s);
+  if (s.autocast) edit_autocast(l);
   return l;
 }
 

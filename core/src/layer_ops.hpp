@@ -23,11 +23,27 @@
 namespace memfit::sched {
 
 /// Symbolic dimensions. T = tokens of a micro-batch (b x s).
-enum class Sym : std::uint8_t { One, T, B, S, H, Q, KV, I, A, V, R, HeadDim };
+enum class Sym : std::uint8_t {
+  One, T, B, S, H, Q, KV, I, A, V, R, HeadDim,
+  KvHeads,
+  QKV,            ///< a fused q/k/v projection's width (q + 2 kv: GPT-NeoX, Falcon, Phi-3)
+  TwoI,           ///< 2 i: a fused gate_up_proj's output (Phi-3)
+  S_,             ///< routed slots of an MoE layer: T x experts per token
+  E,              ///< routed experts of an MoE layer
+  SharedI,        ///< the shared expert's width (Qwen2-MoE)
+  QR, KR,         ///< the rotated part of q / k (partial rotary: heads x rotary dims)
+  QRHalf, KRHalf, ///< half of it (rotate_half's negated slice)
+  Pos             ///< rows of a learned position table
+};
 
 /// The sizes the symbols take for one request (per rank).
 struct Dims {
   u64 b = 0, s = 0, h = 0, q = 0, kv = 0, i = 0, a = 0, v = 0, r = 0, head_dim = 0;
+  u64 kv_heads = 0;
+  u64 experts = 0, topk = 0;  ///< MoE: routed experts, experts per token
+  u64 shared_i = 0;           ///< MoE: the shared expert's width
+  u64 qkv = 0, qr = 0, kr = 0;  ///< fused q/k/v width (0: q + 2 kv); rotated widths of q and k (0: = q, kv)
+  u64 pos = 0;                  ///< rows of the learned position table
   [[nodiscard]] u64 of(Sym x) const;
 };
 
@@ -40,12 +56,26 @@ struct Shape {
 Shape shape(Sym a, Sym b = Sym::One, Sym c = Sym::One, Sym e = Sym::One);
 inline const Shape kNone{};
 
-/// Element type roles: the model's dtype, fp32 (upcasts), the LoRA adapters' dtype, int64.
-enum class Dt : std::uint8_t { Model, F32, Adapter, I64 };
+/// Element type roles: the model's dtype, fp32 (upcasts), the LoRA adapters' dtype, int64, and
+/// native_layer_norm's mean / rstd (the input dtype on CPU, fp32 on CUDA), and the half dtype
+/// autocast computes in.
+enum class Dt : std::uint8_t { Model, F32, Adapter, I64, NormStats, Half };
 
 struct Dtypes {
   u64 model = 4, adapter = 4;
-  [[nodiscard]] u64 of(Dt d) const { return d == Dt::F32 ? 4 : d == Dt::I64 ? 8 : d == Dt::Model ? model : adapter; }
+  u64 norm_stats = 4;
+  u64 half = 2;  ///< autocast's compute dtype (bf16 / fp16)
+  [[nodiscard]] u64 of(Dt d) const {
+    switch (d) {
+      case Dt::Model: return model;
+      case Dt::F32: return 4;
+      case Dt::Adapter: return adapter;
+      case Dt::I64: return 8;
+      case Dt::NormStats: return norm_stats;
+      case Dt::Half: return half;
+    }
+    return model;
+  }
 };
 
 /// One tensor a forward op creates.
@@ -57,6 +87,7 @@ struct TensorOp {
   bool saved = false;           ///< autograd keeps it until this layer's backward reaches it
   /// A tensor not saved dies after the entry of this name has been created (its last consumer);
   /// "" = after the next entry. "layer_out": carried to the next layer (the residual stream).
+  /// "next_layer": a checkpointed layer returns it (saved or not), alive until the next layer returns.
   std::string_view dies_after{};
   Shape grad_input = kNone;     ///< what this op's backward creates: the gradient of its input
   Shape weight = kNone;         ///< a trained weight: its gradient appears in this op's backward
@@ -65,9 +96,43 @@ struct TensorOp {
   /// A residual add: its backward hands the incoming gradient unchanged to both operands; the
   /// skip part waits at this earlier entry, where autograd sums it with the branch's [D: add].
   std::string_view residual_of{};
+  Shape bias = kNone;           ///< a trained bias: its gradient appears after the weight's
+  /// Parallel branches (attention and MLP reading one input): this entry is the last of the
+  /// branch autograd runs second. Its backward reads the gradient that reached the entry named
+  /// here (the branches' sum), and the gradient the first branch produced waits at the entry
+  /// named by `residual_of` (the branches' common input), where autograd sums the two.
+  std::string_view branch_of{};
+  /// Temporaries of the input gradient's size its backward holds while it computes (a custom
+  /// autograd.Function written in Python ops, e.g. BLOOM's GeLUFunction), freed when it returns.
+  std::uint8_t backward_temps = 0;
+  /// A saved tensor is released when the backward of the op that saved it has run: this entry's
+  /// own when "" (the op right after it), else the named later entry (e.g. the input of a frozen
+  /// Linear, kept only by the LoRA adapter beside it, is released by lora_A's backward).
+  std::string_view released_by{};
+  /// An argument of every decoder layer (the eager masks): under checkpointing each checkpoint
+  /// keeps it for its recomputation until the backward of the decoder stack is over
+  /// (torch.utils.checkpoint saves its tensor inputs), though it dies at "decoder_end" otherwise.
+  bool checkpoint_input = false;
 };
 
 using OpList = std::vector<TensorOp>;
+
+/// An MLP activation, by what autograd keeps (derivatives.yaml; transformers activations.py).
+enum class Activation : std::uint8_t {
+  Gelu,      ///< F.gelu (erf or tanh approximation): saves its input
+  GeluExpr,  ///< NewGELUActivation / gelu_new: a Python expression (pow, mul, tanh, ...)
+  Relu,      ///< saves its output
+  Silu,      ///< saves its input
+};
+
+struct LayerSetup;
+/// A family's edits of the Llama-like lists (layer_ops_rms.cpp, ...), applied to the base lists
+/// before the precision, kernel and task edits; nullptr = no edit.
+using ListEdit = void (*)(OpList&, const LayerSetup&);
+struct FamilyEdits {
+  ListEdit layer = nullptr, embedding = nullptr, head = nullptr;
+  ListEdit layer_after_precision = nullptr;  ///< the decoder layer, after the half / autocast edits
+};
 
 /// The choices that edit the lists.
 struct LayerSetup {
@@ -79,6 +144,25 @@ struct LayerSetup {
   bool lora_qv = false;       ///< LoRA on q_proj and v_proj only
   bool window_mask = false;   ///< a sliding window shorter than the sequence: SDPA gets a per-layer mask
                               ///< and K/V repeated to every query head (CPU generic path)
+  // LayerNorm families (layer_ops_layernorm.hpp)
+  Activation act = Activation::Gelu;  ///< the MLP's activation
+  bool attn_dropout = false;   ///< attention probabilities dropout (p > 0)
+  bool resid_dropout = false;  ///< dropout on the attention and MLP outputs (p > 0)
+  bool embd_dropout = false;   ///< dropout on the embeddings (p > 0)
+  bool cuda = false;           ///< the CUDA kernels (else the CPU ones: SDPA layouts differ)
+  bool head_bias = false;      ///< the LM head has a bias (Phi)
+  bool checkpointing = false;  ///< gradient checkpointing (PEFT then makes the embeddings' output need a gradient)
+  bool logits_fp32_in_model = false;  ///< the model casts its logits to fp32 (CodeGen, GPT-Neo)
+  bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
+  const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
+};
+
+/// The lists of one family, and the edit of its first layer when its input needs no gradient.
+struct FamilyLists {
+  OpList (*layer)(const LayerSetup&) = nullptr;
+  OpList (*embedding)(const LayerSetup&) = nullptr;
+  OpList (*head)(const LayerSetup&) = nullptr;
+  void (*input_needs_no_grad)(OpList&) = nullptr;
 };
 
 /// One decoder layer's forward, in op order. The last entry is the layer output.
@@ -91,11 +175,14 @@ struct LayerSetup {
 /// The edits, exposed for tests and for families that need them.
 void edit_half_precision(OpList& l);
 void edit_eager_attention(OpList& l, bool gqa);
-void edit_window_mask(OpList& l);
+void edit_window_mask(OpList& l, bool gqa = true);
 void edit_lora(OpList& l, bool all_linear);
 /// The first layer of a LoRA run without checkpointing: its input (the frozen embedding's
 /// output) needs no gradient, so its norm records nothing and no gradient reaches its input.
 void edit_input_needs_no_grad(OpList& l);
+
+/// The Llama lists (decoder_layer, embedding, head_and_loss, edit_input_needs_no_grad).
+extern const FamilyLists kLlamaLists;
 
 /// The list entry of a name, or nullptr.
 [[nodiscard]] const TensorOp* find_op(const OpList& l, std::string_view name);

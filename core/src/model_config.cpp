@@ -294,6 +294,8 @@ void build_llama_like(Builder& b) {
     extra_per_layer = add(mul(m.heads, hd), mul(m.kv_heads, hd));  // q_norm/k_norm over all heads
   } else if (t == "stablelm") {
     norm = NormKind::LayerNorm;
+    // StableLmAttention: rotary_ndims = int(head_dim * partial_rotary_factor) (default 0.25)
+    m.rotary_dim = static_cast<u64>(static_cast<double>(hd) * r.real_or({"partial_rotary_factor"}, 0.25));
     qkv_bias = r.flag_or({"use_qkv_bias"}, false);
     o_bias = false;
     if (r.flag_or({"use_parallel_residual"}, false)) layer_norms = 1;
@@ -589,6 +591,9 @@ void build_gpt_neox(Builder& b) {
                                inter);
   m.parallel_two_norms = r.flag_or({"use_parallel_residual"}, true);
   m.fused_qkv = true;
+  // GPTNeoXAttention: rotary_ndims = int(head_size * partial_rotary_factor), from rotary_pct
+  // (GPTNeoXConfig default 0.25)
+  m.rotary_dim = static_cast<u64>(static_cast<double>(m.head_dim) * r.real_or({"rotary_pct", "partial_rotary_factor"}, 0.25));
   g.linears.push_back(col("query_key_value", h, mul(3, h), bias));
   g.linears.push_back(row("dense", h, h, bias));
   add_plain_mlp(g.linears, h, inter, true, "dense_h_to_4h", "dense_4h_to_h");
@@ -609,6 +614,7 @@ void build_gptj(Builder& b) {
   m.max_positions = r.size_or({"n_positions"}, 0);
   // every attention registers embed_positions: fp32 sin/cos [max_positions, rotary_dim or n_embd]
   m.buffer_bytes = mul(m.layers, m.max_positions, r.size_or({"rotary_dim"}, h), 4);
+  m.rotary_dim = r.size_or({"rotary_dim"}, 0);  // GPTJAttention / CodeGenAttention: None = the whole head
   const u64 inner = r.size_or({"n_inner"}, mul(4, h));
   LayerGroup g = plain_decoder(b, {{{"activation_function"}, "gelu_new"}, {{"attn_pdrop"}, 0.0},
                                    {{"resid_pdrop"}, 0.0}, {{"embd_pdrop"}, 0.0}}, inner);
@@ -688,6 +694,8 @@ void build_phi(Builder& b) {
                                    {{"attention_dropout", "attn_pdrop"}, 0.0}, {{"resid_pdrop"}, 0.0},
                                    {{"embd_pdrop"}, 0.0}}, inner);
   m.parallel_block = true;
+  // PhiAttention: rotary_ndims = int(head_dim * partial_rotary_factor) (PhiConfig default 0.5)
+  m.rotary_dim = static_cast<u64>(static_cast<double>(m.head_dim) * r.real_or({"partial_rotary_factor"}, 0.5));
   if (msft) {
     m.fused_qkv = true;
     g.linears.push_back(col("Wqkv", h, mul(add(m.heads, mul(2, m.kv_heads)), m.head_dim), true));

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "memfit/allocator.hpp"
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
 #include "memfit/request.hpp"
@@ -201,7 +202,8 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
   if (!rt.is_object()) throw Error("request field \"runtime\" must be an object");
   check_keys(rt, "\"runtime\"",
              {"cuda_context_mib", "drop_outputs_before_backward", "use_cache_in_training", "zero_grad_to_none", "framework",
-              "framework_version", "bitsandbytes_version", "prepare_kbit", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile"});
+              "framework_version", "bitsandbytes_version", "prepare_kbit", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile",
+              "alloc_conf"});
   if (rt.contains("compile")) out.compile = boolean(rt["compile"], "runtime.compile");
   if (rt.contains("zero_grad_to_none")) out.zero_grad_to_none = boolean(rt["zero_grad_to_none"], "runtime.zero_grad_to_none");
   if (rt.contains("framework")) {
@@ -235,6 +237,12 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
     out.cuda_context_bytes = mul(positive(rt["cuda_context_mib"], "runtime.cuda_context_mib", 1 << 20), 1 << 20);
   if (rt.contains("drop_outputs_before_backward"))
     out.drop_outputs_before_backward = boolean(rt["drop_outputs_before_backward"], "runtime.drop_outputs_before_backward");
+  if (rt.contains("alloc_conf")) {
+    if (!rt["alloc_conf"].is_string())
+      throw Error("request field \"runtime.alloc_conf\" must be a PYTORCH_CUDA_ALLOC_CONF string like \"expandable_segments:True\"");
+    out.alloc_conf = rt["alloc_conf"].get<std::string>();
+    (void)alloc::config_from_alloc_conf(out.alloc_conf);  // a bad option is reported with the request
+  }
   if (rt.contains("use_cache_in_training"))
     out.use_cache_in_training = boolean(rt["use_cache_in_training"], "runtime.use_cache_in_training");
 }
@@ -531,6 +539,7 @@ json request_to_json(const Request& r) {
                   {"optimizer_in_backward", r.runtime.optimizer_in_backward},
                   {"activation_offloading", r.runtime.activation_offloading},
                   {"compile", r.runtime.compile},
+                  {"alloc_conf", r.runtime.alloc_conf},
                   {"drop_outputs_before_backward", r.runtime.drop_outputs_before_backward}};
   return j;
 }

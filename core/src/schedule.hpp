@@ -23,6 +23,12 @@ namespace memfit::sched {
 
 enum class StepOptimizer { AdamWForeach, AdamWFused };
 
+/// One parameter tensor (bytes) and whether the optimizer trains it.
+struct ParamTensor {
+  u64 bytes = 0;
+  bool trained = false;
+};
+
 /// Everything the pass needs, resolved from a Request.
 struct StepSetup {
   LayerSetup layer;
@@ -36,14 +42,76 @@ struct StepSetup {
   u64 steps = 2;                 ///< the validator measures two steps (optimizer state appears in the first)
   u64 accumulation = 1;          ///< micro-batches per step
   bool round_512 = false;        ///< CUDA: every block is a multiple of 512 B
+  /// CUDA: buffers the first matmul allocates through the caching allocator and keeps (the
+  /// cuBLAS and cuBLASLt workspaces); step_setup leaves it empty, the estimator fills it.
+  std::vector<u64> workspaces;
+  const FamilyLists* lists = &kLlamaLists;  ///< the family's lists (step_setup's family table)
+  /// Parameter tensors in module order: of one decoder layer (LoRA adapters after the layer's
+  /// own), and outside the layers. Empty: the Llama layout computed from the dims.
+  std::vector<ParamTensor> layer_weights, outer_weights;
+  /// The Linears of one layer as the model file has them (in, out, bias, a LoRA target), from the
+  /// ModelSpec; empty: the Llama layout of `dims` (tests).
+  struct LayerLinear {
+    u64 in = 0, out = 0;
+    bool bias = false, adapted = false;
+  };
+  std::vector<LayerLinear> linears;
+  u64 norm_params = 0;           ///< norm weights of one layer (elements), with `linears`
 };
 
-/// The setups the lists describe: llama / mistral / qwen2, fp32 or bf16/fp16 (no autocast),
-/// full or LoRA, eager or SDPA, single GPU, AdamW. nullopt for anything else.
+/// The setups the lists describe (the families of schedule.cpp's table: llama / mistral / qwen2,
+/// the RMSNorm and MoE families of layer_ops_rms.hpp, the LayerNorm families of
+/// layer_ops_layernorm.hpp), fp32 or bf16/fp16 (autocast where the table says so), full or LoRA,
+/// eager or SDPA, single GPU, AdamW. nullopt for anything else.
 [[nodiscard]] std::optional<StepSetup> step_setup(const Request& r);
 
+/// The lists one step runs through: the embedding (rotary tables, masks, the embedding output),
+/// the first decoder layer when it differs from the others, the decoder layer, the head and loss.
+struct StepLists {
+  OpList embedding, first_layer, layer, head;
+  bool first_differs = false;  ///< LoRA without checkpointing: layer 0's input needs no gradient
+};
+[[nodiscard]] StepLists step_lists(const StepSetup& s);
+
+/// One entry of a list, resolved for a setup (what `memfit validate --tensors` compares with the
+/// tensors PyTorch creates).
+struct TensorRow {
+  std::string_view name, op;
+  u64 elements = 0, element_bytes = 0, bytes = 0;
+  bool saved = false;            ///< kept for backward: dies in this list's backward
+  std::string_view freed_after;  ///< not saved: the entry after whose creation it dies ("layer_out":
+                                 ///< handed to the next list, "decoder_end": when the decoder stack returns)
+};
+/// One tensor a list's backward creates: "<entry>.grad_input", "<entry>.weight_grad" (first
+/// micro-batch) or "<entry>.grad_sum" (a residual's skip gradient summed with the branch's).
+struct BackwardRow {
+  std::string name;
+  u64 bytes = 0;
+};
+struct ListTable {
+  std::string_view list;  ///< "embedding", "first_layer", "layer", "head"
+  std::vector<TensorRow> forward;  ///< entries that allocate, in op order
+  std::vector<BackwardRow> backward;  ///< in the order the backward creates them
+};
+/// The step's lists as tables (the input entry, which the previous list created, is left out).
+[[nodiscard]] std::vector<ListTable> tensor_tables(const StepSetup& s);
+
 /// The whole run as the tracker records it: n > 0 allocates n bytes, -k - 1 frees allocation k.
-[[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s);
+/// `names`, if given, receives the name of each allocation (a list entry, "grad_in", "parameter", ...).
+[[nodiscard]] std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names = nullptr);
+
+/// A per-layer loop of a trace: `iterations` back-to-back runs of `length` events from event `first`
+/// (the trace sink's repeat, where every iteration has as many events).
+struct Loop {
+  size_t first = 0, length = 0, iterations = 0;
+};
+struct Trace {
+  std::vector<std::int64_t> events;  ///< as step_trace
+  std::vector<Loop> loops;           ///< in trace order
+};
+
+/// step_trace, with where its per-layer loops are (hints for alloc::simulate_periodic).
+[[nodiscard]] Trace step_trace_with_loops(const StepSetup& s);
 
 /// Peak live bytes of the run, by the periodic shortcut.
 [[nodiscard]] u64 peak_allocated(const StepSetup& s);

@@ -35,7 +35,8 @@ def print_estimate(e):
     for c in g["breakdown"]:
         print("  %-26s %10.2f %6.1f%%" % (c["name"], c["bytes"] / _GIB, 100.0 * c["bytes"] / total if total > 0 else 0.0))
     print("\n  %-26s %10.2f   torch.cuda.max_memory_allocated" % ("peak allocated", g["allocated_peak_bytes"] / _GIB))
-    print("  %-26s %10.2f   torch.cuda.max_memory_reserved" % ("peak reserved", g["reserved_peak_bytes"] / _GIB))
+    print("  %-26s %10.2f   torch.cuda.max_memory_reserved (%s)" % ("peak reserved", g["reserved_peak_bytes"] / _GIB,
+                                                                     g.get("reserved_method", "approximate rule")))
     print("  %-26s %10.2f   nvidia-smi" % ("device total", g["device_total_bytes"] / _GIB))
     print("\npeak during: %s. %s (%.1f%% of the GPU)." % (e["peak_phase"], "FITS" if e["fits"] else "DOES NOT FIT",
                                                         100.0 * g["utilization"]))

@@ -17,7 +17,7 @@ test('estimate returns the documented fields', () => {
   const e = api.estimate(llama);
   assert.deepEqual(keys(e), ['cpu_ram_bytes', 'fits', 'model', 'notes', 'params', 'peak_phase', 'per_gpu', 'phases', 'request', 'version']);
   assert.deepEqual(keys(e.per_gpu), ['allocated_peak_bytes', 'breakdown', 'device_total_bytes', 'gpu_memory_bytes', 'headroom_bytes',
-    'reserved_peak_bytes', 'utilization']);
+    'reserved_method', 'reserved_peak_bytes', 'utilization']);
   assert.ok(e.per_gpu.breakdown.length > 0);
   for (const c of e.per_gpu.breakdown) {
     assert.deepEqual(keys(c), ['bytes', 'formula', 'name']);

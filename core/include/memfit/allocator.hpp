@@ -33,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace memfit::alloc {
@@ -58,6 +59,12 @@ struct Config {
   bool expandable_segments = false;
   std::uint64_t device_limit = kNoLimit;      ///< bytes the allocator may hold before cudaMalloc fails
 };
+
+/// The options of a PYTORCH_CUDA_ALLOC_CONF string ("expandable_segments:True,max_split_size_mb:128"):
+/// expandable_segments, max_split_size_mb, max_non_split_rounding_mb, roundup_power2_divisions (one
+/// number for every size) and garbage_collection_threshold (accepted, not simulated: it only acts
+/// near a memory fraction limit). "" = PyTorch's defaults. Anything else is an error that lists them.
+[[nodiscard]] Config config_from_alloc_conf(const std::string& conf);
 
 /// One step of a trace. Allocation k (counting allocations from 0) is freed by {free, k}.
 struct Event {
@@ -103,6 +110,15 @@ struct SegmentView {
 struct Result {
   Stats stats;
   std::vector<SegmentView> segments;  ///< the segments held at the end, in address order
+  /// simulate_periodic: periods extrapolated, periods simulated in full, events not simulated.
+  std::size_t periods_extrapolated = 0, periods_simulated = 0, events_skipped = 0;
+};
+
+/// A loop over identical layers in a trace: `iterations` back-to-back runs of `length` events from
+/// event `first`. A hint for simulate_periodic, which checks what it needs (a wrong hint costs time,
+/// never a different result).
+struct Period {
+  std::size_t first = 0, length = 0, iterations = 0;
 };
 
 /// The size the allocator hands out for a request of `bytes` (round_size).
@@ -111,5 +127,17 @@ struct Result {
 /// Replays the trace. Frees of unknown or already freed allocations are errors (memfit::Error).
 /// An out-of-memory stops the replay (stats.oom), as the exception would stop the program.
 [[nodiscard]] Result simulate(const std::vector<Event>& trace, const Config& c = {});
+
+/// The same Result as simulate (stats and segments, bit for bit), faster on periodic traces: within
+/// each period (in trace order, not overlapping), once the allocator's state at an iteration's start
+/// repeats the previous start's and the remaining iterations repeat the previous one, the rest is
+/// applied by copying, not simulated (the argument is in allocator.cpp). With a device limit it is
+/// simulate. Frees of allocations that are not live are errors, as in simulate.
+[[nodiscard]] Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods,
+                                       const Config& c = {});
+/// The same over a compact trace (events_from_signed's input) without 0 entries, read in place
+/// (no copy of the trace as Events).
+[[nodiscard]] Result simulate_periodic(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods,
+                                       const Config& c = {});
 
 }  // namespace memfit::alloc

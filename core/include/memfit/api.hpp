@@ -32,6 +32,12 @@ namespace memfit {
 /// A parsed launch config -> the request it describes, with the key/line of every field and
 /// what was defaulted (see intake.hpp for the input and output shapes).
 [[nodiscard]] std::string intake_json(std::string_view input_json);
+/// The tensor lists of the layer-by-layer schedule (core/src/layer_ops.hpp) for a training
+/// request, each entry resolved to bytes: {"covered": true, "layers", "checkpointing", "lists":
+/// [{"list", "forward": [{name, op, elements, element_bytes, bytes, saved, freed_after}],
+/// "backward": [{name, bytes}]}]}, or {"covered": false, "reason"} for a request the lists do
+/// not describe yet.
+[[nodiscard]] std::string tensor_lists_json(std::string_view request_json);
 
 /// The structured forms the JSON functions wrap (for C++ callers and tests).
 [[nodiscard]] nlohmann::json estimate_to_json(const Estimate& e, const Request& r);

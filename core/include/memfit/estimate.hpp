@@ -46,6 +46,9 @@ struct Estimate {
   u64 cpu_ram_bytes = 0;              ///< host memory the setup needs (offload, pinned buffers)
   InferenceFigures inference;
   std::vector<std::string> notes;
+  /// How reserved_peak_bytes was found: "simulated allocator over the tensor schedule" (the
+  /// setups the schedule covers, on CUDA), "approximate rule", or none on CPU.
+  std::string reserved_method;
 };
 
 /// The estimate for one GPU (the busiest rank for distributed setups). Throws Error for

@@ -162,6 +162,9 @@ struct ModelSpec {
 
   /// Linear layers outside the decoder layers that LoRA "all-linear" may target (OPT project_in/out).
   std::vector<Linear> extra_linears;
+  /// Partial rotary embeddings: the per-head dims rotated (GPT-NeoX rotary_pct, Phi / StableLM
+  /// partial_rotary_factor); 0 = the whole head.
+  u64 rotary_dim = 0;
 };
 
 /// Parameter counts in elements.

@@ -137,6 +137,9 @@ struct Runtime {
   /// intermediates in backward instead of keeping them (norm internals, MLP activations, the
   /// loss's log-softmax).
   bool compile = false;
+  /// PYTORCH_CUDA_ALLOC_CONF of the run ("expandable_segments:True", ...): the caching-allocator
+  /// options the reserved-memory simulation follows. "" = PyTorch's defaults.
+  std::string alloc_conf;
 };
 
 struct Request {

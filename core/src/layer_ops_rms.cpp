@@ -1,0 +1,284 @@
+// Autocast and the RMSNorm families' edits of the Llama-like lists. Sources, cited per entry:
+//  [A] PyTorch aten/src/ATen/autocast_mode.cpp: on CPU and CUDA, linear / matmul /
+//      scaled_dot_product_attention run in the half dtype, their fp32 arguments cast per call;
+//      the cast of a leaf that requires grad (a trained weight) is cached for the autocast region
+//      (one copy per weight per forward), any other argument is cast again by every consumer
+//  [D] PyTorch tools/autograd/derivatives.yaml (mm saves the operand its partner's gradient needs)
+//  [L] transformers models/llama/modeling_llama.py (the rotary cos/sin follow the fp32 input's
+//      dtype, so q * cos promotes the half projection back to fp32)
+//  [Q3] transformers models/qwen3/modeling_qwen3.py: q_norm(q_proj(x).view(..., head_dim)) and
+//      k_norm likewise, Qwen3RMSNorm = LlamaRMSNorm over head_dim
+//  [G] transformers models/gemma/modeling_gemma.py (GemmaRMSNorm, GemmaTextScaledWordEmbedding;
+//      GemmaMLP's gelu_pytorch_tanh keeps its input as silu does)
+//  [G2] transformers models/gemma2/modeling_gemma2.py (Gemma2DecoderLayer's four norms,
+//      eager_attention_forward's softcap, the final logit softcapping, the two decoder-wide masks)
+//  [P3] transformers models/phi3/modeling_phi3.py (Phi3Attention: qkv_proj sliced into q, k, v;
+//      apply_rotary_pos_emb: cat([rotated, pass-through]); Phi3MLP: gate_up_proj chunked)
+#include "layer_ops_rms.hpp"
+
+#include <algorithm>
+#include <array>
+
+namespace memfit::sched {
+
+namespace {
+
+TensorOp* entry(OpList& l, std::string_view name) {
+  auto it = std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
+  return it == l.end() ? nullptr : &*it;
+}
+
+OpList::iterator at(OpList& l, std::string_view name) {
+  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
+}
+
+/// A Linear under autocast and the tensor it reads: the input is cast when it is fp32.
+struct AutocastLinear {
+  std::string_view out, input, input_cast, weight_cast;
+};
+constexpr std::array<AutocastLinear, 8> kAutocastLinears{{
+    {"q_proj.out", "norm1.out", "q_proj.x_half", "q_proj.w_half"},
+    {"k_proj.out", "norm1.out", "k_proj.x_half", "k_proj.w_half"},
+    {"v_proj.out", "norm1.out", "v_proj.x_half", "v_proj.w_half"},
+    {"o_proj.out", "attn.out", "o_proj.x_half", "o_proj.w_half"},
+    {"gate_proj.out", "norm2.out", "gate_proj.x_half", "gate_proj.w_half"},
+    {"up_proj.out", "norm2.out", "up_proj.x_half", "up_proj.w_half"},
+    {"down_proj.out", "mlp.mul", "down_proj.x_half", "down_proj.w_half"},
+    {"logits", "norm1.out", "lm_head.x_half", "lm_head.w_half"},
+}};
+
+/// One Linear: its output and input gradient in the half dtype, the cached cast of its weight
+/// (kept by mm for the input gradient [D]) and, for an fp32 input, this consumer's own cast of it
+/// (kept by mm for the weight gradient [D]; its backward casts the gradient back to fp32).
+void autocast_linear(OpList& l, const AutocastLinear& a) {
+  TensorOp* lin = entry(l, a.out);
+  TensorOp* in = entry(l, a.input);
+  if (!lin || !in) return;
+  const Shape w = lin->weight, x = lin->grad_input;
+  const bool cast_input = in->dtype != Dt::Half;
+  lin->dtype = Dt::Half;
+  lin->grad_dtype = Dt::Half;
+  auto pos = at(l, a.out);
+  if (!w.empty) pos = l.insert(pos, {a.weight_cast, "_to_copy", w, Dt::Half, true, {}, kNone}) + 1;
+  if (!cast_input) return;
+  l.insert(pos, {a.input_cast, "_to_copy", x, Dt::Half, !w.empty, a.out, x});
+  // the fp32 input is read only by the casts now: it dies after the last one
+  in = entry(l, a.input);
+  in->saved = false;
+  in->dies_after = a.input_cast;
+}
+
+/// An RMSNorm over each head of the output of `proj` (a [T, width] tensor of `rows` head rows),
+/// built as LlamaRMSNorm is [L][D]: in half precision the upcast is what pow keeps; a trained
+/// weight keeps x_hat (its half cast in half precision); the normed heads take the projection's
+/// place as the rotary's input.
+void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const std::array<std::string_view, 7>& n,
+                   Shape width, Shape rows) {
+  // under autocast the projection is half (autocast's linear) and the fp32 weight times its
+  // half x_hat promotes the output back to fp32 (the model dtype there) [A]
+  const bool half_in = s.half || s.autocast;
+  const Dt half = s.autocast ? Dt::Half : Dt::Model;
+  TensorOp* p = entry(l, proj);
+  const std::string_view reader_end = p->dies_after;
+  p->saved = !half_in;  // fp32: pow keeps its input
+  p->dies_after = half_in ? n[0] : std::string_view{};
+  OpList e;
+  if (half_in) e.push_back({n[0], "_to_copy", width, Dt::F32, true, {}, width, kNone, Dt::Model, half});
+  e.push_back({n[1], "pow", width, Dt::F32, false, {}, kNone});
+  e.push_back({n[2], "mean", rows, Dt::F32, false, {}, kNone});
+  e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
+  e.push_back({n[4], "mul", width, Dt::F32, s.full && !half_in, {}, width, kNone, Dt::Model, Dt::F32});
+  if (half_in) e.push_back({n[5], "_to_copy", width, half, s.full, {}, width, kNone, Dt::Model, half});
+  e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, shape(Sym::HeadDim)});
+  l.insert(at(l, proj) + 1, e.begin(), e.end());
+}
+
+void qwen3_layer(OpList& l, const LayerSetup& s) {
+  head_rms_norm(l, s, "q_proj.out",
+                {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.x_hat_half", "q_norm.out"},
+                shape(Sym::T, Sym::Q), shape(Sym::T, Sym::A));
+  head_rms_norm(l, s, "k_proj.out",
+                {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.x_hat_half", "k_norm.out"},
+                shape(Sym::T, Sym::KV), shape(Sym::T, Sym::KvHeads));
+}
+
+/// Phi-3 [P3]: one qkv_proj whose output q, k, v are views of (v, kept by attention, keeps all of
+/// it); the rotary's sum is copied once more by the cat with the (empty) pass-through part; one
+/// gate_up_proj whose halves are chunked views (silu keeps the gate view, mul the up view).
+void phi3_layer(OpList& l, const LayerSetup& s) {
+  (void)s;
+  const Shape TH = shape(Sym::T, Sym::H);
+  *entry(l, "q_proj.out") = {"qkv_proj.out", "linear", shape(Sym::T, Sym::QKV), Dt::Model, true, {}, TH,
+                             shape(Sym::H, Sym::QKV)};
+  l.erase(at(l, "k_proj.out"));
+  l.erase(at(l, "v_proj.out"));
+  for (bool k : {false, true}) {
+    const std::string_view rot = k ? "k.rot" : "q.rot", sum = k ? "k.rot_sum" : "q.rot_sum";
+    TensorOp r = *entry(l, rot);
+    entry(l, k ? "k.mul_cos" : "q.mul_cos")->dies_after = sum;
+    TensorOp* t = entry(l, rot);
+    t->name = sum, t->saved = false, t->dies_after = rot;
+    r.op = "cat";
+    l.insert(at(l, sum) + 1, r);
+  }
+  l.erase(at(l, "gate_proj.out"));
+  *entry(l, "up_proj.out") = {"gate_up_proj.out", "linear", shape(Sym::T, Sym::TwoI), Dt::Model, true, {}, TH,
+                              shape(Sym::H, Sym::TwoI)};
+  // order of the forward: gate_up, then silu of its gate half, then the product
+  std::rotate(at(l, "mlp.act"), at(l, "gate_up_proj.out"), at(l, "gate_up_proj.out") + 1);
+}
+
+/// GemmaRMSNorm [G]: (x_hat * (1 + weight)) in fp32, then cast to the input's dtype. A trained
+/// weight keeps the fp32 x_hat [D: mul]; in half precision the product is fp32 and its cast is the
+/// norm's output (Llama casts x_hat first and multiplies in half).
+void gemma_norms(OpList& l, const LayerSetup& s) {
+  if (!s.half) return;  // fp32: the same tensors as LlamaRMSNorm
+  for (std::string_view n : {"norm1", "norm2"}) {
+    const bool first = n == "norm1";
+    TensorOp* x_hat = entry(l, first ? "norm1.x_hat" : "norm2.x_hat");
+    TensorOp* prod = entry(l, first ? "norm1.x_hat_half" : "norm2.x_hat_half");
+    TensorOp* out = entry(l, first ? "norm1.out" : "norm2.out");
+    if (!x_hat || !prod || !out) continue;
+    x_hat->saved = s.full;
+    *prod = {first ? "norm1.scaled" : "norm2.scaled", "mul", prod->shape, Dt::F32, false, {}, prod->shape, kNone,
+             Dt::Model, Dt::F32};
+    out->op = "_to_copy";
+  }
+}
+
+/// GemmaTextScaledWordEmbedding [G]: the lookup times sqrt(hidden) is a second [T, h] tensor; the
+/// lookup dies with the product (mul by a constant keeps nothing that needs a gradient [D]).
+void gemma_embedding(OpList& l, const LayerSetup&) {
+  TensorOp* out = entry(l, "embed.out");
+  TensorOp lookup = *out;
+  lookup.name = "embed.lookup";
+  lookup.dies_after = {};
+  lookup.weight = kNone;
+  out->op = "mul";
+  out->grad_input = lookup.shape;
+  l.insert(at(l, "embed.out"), lookup);
+}
+
+void gemma_head(OpList& l, const LayerSetup& s) { gemma_norms(l, s); }
+
+/// Phi-3's attention inputs are views of qkv_proj's output or the cat's fresh [b, a, s, d] tensors:
+/// SDPA's output then comes in that layout and transpose(1, 2).contiguous() copies it (o_proj keeps
+/// the copy) [S]; eager's matmul copies the strided v view for bmm (and keeps the copy), after
+/// which nothing keeps qkv_proj's output. Measured layouts: peak_dump.py on phi3-tiny.
+void phi3_attention_layout(OpList& l, const LayerSetup& s) {
+  const Shape TQ = shape(Sym::T, Sym::Q), TKV = shape(Sym::T, Sym::KV);
+  if (s.eager) {
+    TensorOp* qkv = entry(l, "qkv_proj.out");
+    qkv->saved = false;
+    qkv->dies_after = "attn.v_contig";
+    l.insert(at(l, "attn.scores"), {"attn.v_contig", "clone", TKV, Dt::Model, true, {}, TKV});
+    return;
+  }
+  TensorOp* flash = entry(l, "attn.out");
+  TensorOp copy = *flash;
+  flash->name = "attn.flash";
+  copy.op = "clone";
+  l.insert(at(l, "attn.lse") + 1, copy);
+  (void)TQ;
+}
+
+/// A Gemma RMSNorm [G] on `x` (not on the residual stream: Gemma2's post-attention and
+/// post-feedforward norms), written as gemma_norms leaves norm1/norm2; its output dies after
+/// `reader`.
+void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::string_view reader,
+                    const std::array<std::string_view, 7>& n) {
+  const Shape TH = shape(Sym::T, Sym::H), T1 = shape(Sym::T);
+  TensorOp* in = entry(l, x);
+  in->saved = !s.half;  // fp32: pow keeps its input; half: the upcast is what it keeps
+  in->dies_after = s.half ? n[0] : std::string_view{};
+  OpList e;
+  if (s.half) e.push_back({n[0], "_to_copy", TH, Dt::F32, true, {}, TH});
+  e.push_back({n[1], "pow", TH, Dt::F32, false, {}, kNone});
+  e.push_back({n[2], "mean", T1, Dt::F32, false, {}, kNone});
+  e.push_back({n[3], "rsqrt", T1, Dt::F32, true, {}, kNone});
+  e.push_back({n[4], "mul", TH, Dt::F32, s.full, {}, TH, kNone, Dt::Model, Dt::F32});
+  if (s.half) e.push_back({n[5], "mul", TH, Dt::F32, false, {}, TH, kNone, Dt::Model, Dt::F32});
+  e.push_back({n[6], s.half ? "_to_copy" : "mul", TH, Dt::Model, false, reader, TH, shape(Sym::H)});
+  l.insert(at(l, x) + 1, e.begin(), e.end());
+}
+
+/// Gemma2 [G2]: norms after attention and after the MLP, before their residual adds.
+void gemma2_layer(OpList& l, const LayerSetup& s) {
+  gemma_rms_norm(l, s, "o_proj.out", "attn.residual",
+                 {"post_attn.upcast", "post_attn.pow", "post_attn.mean", "post_attn.rsqrt", "post_attn.x_hat",
+                  "post_attn.scaled", "post_attn.out"});
+  gemma_rms_norm(l, s, "down_proj.out", "mlp.residual",
+                 {"post_ff.upcast", "post_ff.pow", "post_ff.mean", "post_ff.rsqrt", "post_ff.x_hat", "post_ff.scaled",
+                  "post_ff.out"});
+}
+
+/// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
+void gemma2_softcap_scores(OpList& l, const LayerSetup& s) {
+  gemma_norms(l, s);
+  if (!entry(l, "attn.scores")) return;
+  const Shape ss = shape(Sym::B, Sym::A, Sym::S, Sym::S);
+  const TensorOp e[] = {{"attn.cap_div", "div", ss, Dt::Model, false, {}, ss},
+                        {"attn.cap_tanh", "tanh", ss, Dt::Model, true, {}, ss},
+                        {"attn.capped", "mul", ss, Dt::Model, false, {}, ss}};
+  l.insert(at(l, "attn.scores") + 1, std::begin(e), std::end(e));
+}
+
+/// Gemma2's embedding: the scaled lookup, and in eager attention a second decoder-wide mask (the
+/// sliding-window one beside the causal one) [G2].
+void gemma2_embedding(OpList& l, const LayerSetup& s) {
+  gemma_embedding(l, s);
+  if (s.eager)
+    l.insert(at(l, "embed.lookup"),
+             {"sliding_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone})
+        ->checkpoint_input = true;
+}
+
+/// Gemma2's head: the final norm, then the logits capped as the scores are [G2]; the capped
+/// logits are what the model output holds until the loss is computed.
+void gemma2_head(OpList& l, const LayerSetup& s) {
+  gemma_norms(l, s);
+  TensorOp* logits = entry(l, "logits");
+  const Shape tv = logits->shape;
+  const std::string_view held = logits->dies_after;
+  logits->dies_after = {};
+  const TensorOp e[] = {{"logits.cap_div", "div", tv, Dt::Model, false, {}, tv},
+                        {"logits.cap_tanh", "tanh", tv, Dt::Model, true, {}, tv},
+                        {"logits.capped", "mul", tv, Dt::Model, false, held, tv}};
+  l.insert(at(l, "logits") + 1, std::begin(e), std::end(e));
+}
+
+}  // namespace
+
+const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
+const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
+const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
+const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};
+
+void edit_autocast(OpList& l) {
+  for (const AutocastLinear& a : kAutocastLinears) autocast_linear(l, a);
+  // rotary: the half projection times the fp32 cos/sin is fp32 again [L]; SDPA casts q and k to
+  // the half dtype and keeps the casts, v is half already [A]
+  for (std::string_view n : {"q.mul_cos", "q.mul_sin", "q.rot", "k.mul_cos", "k.mul_sin", "k.rot"})
+    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Model;
+  for (std::string_view n : {"q.rotate_half", "k.rotate_half"})
+    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Half;
+  if (TensorOp* o = entry(l, "attn.out"); o && o->op != "clone") {
+    o->dtype = Dt::Half;
+    o->grad_dtype = Dt::Half;
+    auto pos = at(l, "attn.out");
+    pos = l.insert(pos, {"attn.q_half", "_to_copy", entry(l, "q.rot")->shape, Dt::Half, true, {}, entry(l, "q.rot")->shape});
+    l.insert(pos + 1, {"attn.k_half", "_to_copy", entry(l, "k.rot")->shape, Dt::Half, true, {}, entry(l, "k.rot")->shape});
+    for (std::string_view n : {"q.rot", "k.rot"}) {
+      TensorOp* t = entry(l, n);
+      t->saved = false;
+      t->dies_after = n == "q.rot" ? "attn.q_half" : "attn.k_half";
+    }
+  }
+  for (std::string_view n : {"mlp.act", "mlp.mul"})
+    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Half, t->grad_dtype = Dt::Half;
+  // the logits: ForCausalLMLoss's .float() is a real copy of the half logits
+  if (TensorOp* lg = entry(l, "logits"); lg && !entry(l, "loss.logits_fp32"))
+    l.insert(at(l, "loss.labels"), {"loss.logits_fp32", "_to_copy", lg->shape, Dt::F32, false, {}, lg->shape});
+}
+
+}  // namespace memfit::sched

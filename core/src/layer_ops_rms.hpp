@@ -1,0 +1,27 @@
+// Edits of the Llama-like lists (layer_ops.hpp) for autocast and for the RMSNorm families beyond
+// llama / mistral / qwen2. Each function edits a list in place, as data: it adds, drops or
+// changes entries; schedule.cpp picks the edits of a family through one table.
+#pragma once
+
+#include "layer_ops.hpp"
+
+namespace memfit::sched {
+
+/// torch.autocast over fp32 weights (the decoder layer or the head list, SDPA, full fine-tuning).
+void edit_autocast(OpList& l);
+
+/// Qwen3 (and Qwen3-MoE's attention): RMSNorm over each head of q and k before the rotary.
+extern const FamilyEdits kQwen3Edits;
+/// Phi-3: fused qkv_proj and gate_up_proj, the rotary's extra cat.
+extern const FamilyEdits kPhi3Edits;
+/// Gemma: (1 + w) RMSNorm in fp32, the scaled embedding.
+extern const FamilyEdits kGemmaEdits;
+/// Gemma2: Gemma's plus post-attention / post-feedforward norms and the logit softcapping.
+extern const FamilyEdits kGemma2Edits;
+/// Mixtral: the router and fused experts in place of the MLP (layer_ops_moe.cpp).
+extern const FamilyEdits kMixtralEdits;
+/// Qwen2-MoE (shared expert) and Qwen3-MoE (q/k norms) (layer_ops_moe.cpp).
+extern const FamilyEdits kQwen2MoeEdits;
+extern const FamilyEdits kQwen3MoeEdits;
+
+}  // namespace memfit::sched

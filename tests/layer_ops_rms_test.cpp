@@ -1,0 +1,202 @@
+// The RMSNorm families' tensor lists (layer_ops_rms.cpp), LoRA and autocast edits, against the
+// CPU suite's measurements (data/measurements/cpu-suite-full.jsonl). Nothing here was fitted on
+// these records: the lists follow derivatives.yaml and the modeling files.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "layer_ops.hpp"
+#include "memfit/allocator.hpp"
+#include "memfit/library.hpp"
+#include "memfit/request.hpp"
+#include "schedule.hpp"
+
+using namespace memfit;
+using namespace memfit::sched;
+
+namespace {
+
+struct Measured {
+  std::string name;
+  nlohmann::json request;
+  u64 peak = 0;
+};
+
+std::vector<Measured> suite_records(const char* file = "cpu-suite-full.jsonl") {
+  std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + file);
+  std::vector<Measured> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("measured") || !j["measured"].contains("peak_allocated_bytes")) continue;
+    out.push_back({j["name"], j["request"], j["measured"]["peak_allocated_bytes"].get<u64>()});
+  }
+  return out;
+}
+
+bool lookup(const std::string& id, nlohmann::json& c) { return bundled_config(id, c); }
+
+std::optional<StepSetup> setup_of(const Measured& m) {
+  nlohmann::json req = m.request;
+  for (const char* k : {"steps", "measure"}) req.erase(k);
+  req["model"].erase("source");
+  req["model"].erase("config_inline");
+  try {
+    return step_setup(parse_request(req, &lookup));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+double pct(double est, double ref) { return 100.0 * (est - ref) / ref; }
+
+bool in_scope(const std::string& name) {
+  for (const char* f : {"llama/", "mistral/", "qwen2/", "qwen3/", "gemma/", "gemma2/", "phi3/", "mixtral/", "qwen2_moe/",
+                        "qwen3_moe/", "deepseek_v3/"})
+    if (name.rfind(f, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA: every adapter's lifetimes name entries of its list (all-linear and q/v)") {
+  for (bool half : {false, true})
+    for (bool all : {false, true}) {
+      LayerSetup s;
+      s.half = half;
+      s.full = false;
+      s.lora_all = all;
+      s.lora_qv = !all;
+      OpList first = decoder_layer(s);
+      edit_input_needs_no_grad(first);
+      for (const OpList& l : {decoder_layer(s), head_and_loss(s), first})
+        for (const TensorOp& t : l) {
+          INFO((half ? "half " : "fp32 ") << (all ? "all " : "qv ") << t.name << " dies after " << t.dies_after
+                                          << " / residual of " << t.residual_of);
+          if (!t.dies_after.empty() && t.dies_after != "layer_out") CHECK(find_op(l, t.dies_after) != nullptr);
+          if (!t.residual_of.empty()) CHECK(find_op(l, t.residual_of) != nullptr);
+        }
+    }
+}
+
+TEST_CASE("LoRA: the frozen base Linear's gradient is summed with the adapter's (two [T, in] alive)") {
+  LayerSetup s;
+  s.full = false;
+  s.lora_all = true;
+  const OpList l = decoder_layer(s);
+  // add(result, lora_B(lora_A(x)) * scaling): its backward hands the gradient to the base Linear too
+  REQUIRE(find_op(l, "down_proj.out") != nullptr);
+  CHECK(find_op(l, "down_proj.out")->residual_of == "down_proj.base");
+  CHECK_FALSE(find_op(l, "down_proj.base")->grad_input.empty);
+  // a frozen lm_head keeps nothing of its input
+  CHECK_FALSE(find_op(head_and_loss(s), "norm1.out")->saved);
+}
+
+// The gate for the families of this file: within 2 % of every covered measurement
+// (the suite and the generated tuning cases).
+TEST_CASE("the RMSNorm families' schedule is within 2 % of every covered CPU suite measurement") {
+  int covered = 0;
+  std::vector<Measured> all = suite_records();
+  for (Measured& m : suite_records("cpu-suite-generated.jsonl")) all.push_back(std::move(m));
+  for (const Measured& m : all) {
+    if (!in_scope(m.name)) continue;
+    const auto s = setup_of(m);
+    if (!s) continue;
+    ++covered;
+    const u64 est = peak_allocated(*s);
+    INFO(m.name << ": measured " << m.peak << ", schedule " << est);
+    CHECK(std::abs(pct(double(est), double(m.peak))) <= 2.0);
+  }
+  CHECK(covered >= 120);
+}
+
+// build/native/tests/memfit_tests "[.rms-table]": the table of sched-rms-table.md; with
+// MEMFIT_DUMP=<case name> it prints what the schedule has alive at its peak.
+TEST_CASE("[.rms-table] schedule vs measured, RMSNorm families", "[.rms-table]") {
+  const char* dump = std::getenv("MEMFIT_DUMP");
+  const char* filter = std::getenv("MEMFIT_FILTER");
+  const char* at_name = std::getenv("MEMFIT_AT");  // with MEMFIT_DUMP: the first allocation of this name instead of the peak
+  std::map<std::string, std::vector<std::int64_t>> traces;
+  {
+    std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/cpu-traces.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("measured") && j["measured"].contains("allocation_trace"))
+        traces[j["name"]] = j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>();
+    }
+  }
+  std::printf("| case | measured | schedule | error %% | replayed trace reserved MiB | schedule reserved MiB |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
+  std::vector<Measured> all = suite_records();
+  for (Measured& m : suite_records("cpu-suite-generated.jsonl")) all.push_back(std::move(m));
+  for (const Measured& m : all) {
+    if (!in_scope(m.name) || (filter && m.name.find(filter) == std::string::npos)) continue;
+    const auto s = setup_of(m);
+    if (!s) continue;
+    const u64 est = peak_allocated(*s);
+    std::printf("| %s | %llu | %llu | %+.2f |", m.name.c_str(), (unsigned long long)m.peak, (unsigned long long)est,
+                pct(double(est), double(m.peak)));
+    if (auto it = traces.find(m.name); it != traces.end()) {
+      const auto real = alloc::simulate(alloc::events_from_signed(it->second)).stats.peak_reserved;
+      const auto sim = alloc::simulate(alloc::events_from_signed(step_trace(*s))).stats.peak_reserved;
+      std::printf(" %.3f | %.3f |\n", real / 1048576.0, sim / 1048576.0);
+    } else {
+      std::printf(" | |\n");
+    }
+    if (!dump || m.name != dump) continue;
+    std::vector<std::string> names;
+    const auto trace = step_trace(*s, &names);
+    std::vector<std::int64_t> sizes;
+    std::vector<bool> live;
+    u64 cur = 0, peak = 0;
+    std::vector<bool> at_peak;
+    for (std::int64_t e : trace) {
+      if (e > 0) sizes.push_back(e), live.push_back(true), cur += u64(e);
+      else live[size_t(-e - 1)] = false, cur -= u64(sizes[size_t(-e - 1)]);
+      if (cur > peak && !at_name) peak = cur, at_peak = live;
+      if (at_name && e > 0 && names[sizes.size() - 1] == at_name && at_peak.empty()) peak = cur, at_peak = live;
+    }
+    std::map<std::string, std::pair<u64, int>> rows;
+    for (size_t k = 0; k < at_peak.size(); ++k)
+      if (at_peak[k]) rows[names[k] + " " + std::to_string(sizes[k])].first += u64(sizes[k]), rows[names[k] + " " + std::to_string(sizes[k])].second++;
+    std::printf("alive at the schedule's peak %llu (last: %s)\n", (unsigned long long)peak, names[at_peak.size() - 1].c_str());
+    for (const auto& [k, v] : rows) std::printf("  %10llu x%d %s\n", (unsigned long long)v.first, v.second, k.c_str());
+  }
+}
+
+TEST_CASE("the schedule frees every tensor at most once (LoRA, half, autocast)") {
+  for (int variant = 0; variant < 6; ++variant) {
+    StepSetup s;
+    s.layer.full = variant >= 4;
+    s.layer.lora_all = variant == 0 || variant == 2;
+    s.layer.lora_qv = variant == 1 || variant == 3;
+    s.layer.half = variant == 2 || variant == 3;
+    s.layer.autocast = variant == 5;
+    s.layer.gqa = true;
+    s.dims = {2, 64, 128, 128, 32, 512, 8, 1024, 8, 16};
+    s.dtypes = {s.layer.half ? 2u : 4u, 4};
+    s.layers = 3;
+    for (bool gc : {false, true}) {
+      s.checkpointing = gc;
+      std::vector<std::string> names;
+      const auto t = step_trace(s, &names);
+      std::vector<int> freed(names.size(), 0);
+      for (std::int64_t e : t)
+        if (e < 0) {
+          const size_t k = size_t(-e - 1);
+          INFO("variant " << variant << " gc " << gc << ": " << names[k] << " freed twice");
+          CHECK(++freed[k] == 1);
+        }
+    }
+  }
+}
