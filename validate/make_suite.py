@@ -376,6 +376,16 @@ def pattern_cases():
         # eager attention with one K/V head (no K/V copies at b = 1), sliding and full layers, checkpointing
         shaped("gemma2", "gemma2/h64-L2-V2048/full/fp32/gc/eager/b1s1024/sgd", 0.5, 2, 2048, attention="eager",
                gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1, sequence_length=1024),
+        # MoE LoRA on every linear (PEFT's parametrisation of the fused experts) under checkpointing
+        # at a short sequence, where the merged expert weights and their gradients dominate
+        shaped("mixtral", "mixtral/h384-L3-V2048/lora-r8-all/bf16/gc/eager/b1s48/sgd", 3, 3, 2048, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=1, sequence_length=48,
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("mixtral", "mixtral/h512-L3-V1024/lora-r16-all/bf16/gc/eager/b1s32/sgd", 4, 3, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=1, sequence_length=32,
+               lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 

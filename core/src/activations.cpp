@@ -581,6 +581,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     held_by_ctx(mlp_in, mul(norm_out, h));
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
+  u64 merged_grad = 0;      // PEFT-parametrised experts: the worst merged-weight gradient moment (below)
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
   u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
   bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
@@ -620,12 +621,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (!g.experts_on_every_token)
       per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
     bool experts_trained = full;
+    u64 merged_in = 0, merged_hidden = 0;  // merged fused-expert weights read by gate_up / by down
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
       if (full || !t.saves_input[i] || i >= t.parametrized.size() || !t.parametrized[i]) continue;
       if (l.routed) {
         experts_trained = true;
         per_layer_const = add(per_layer_const, mul(p, l.weight_params()));  // merged W + B@A
+        if (l.input == LinearInput::MlpHidden) merged_hidden = add(merged_hidden, mul(p, l.weight_params()));
+        else merged_in = add(merged_in, mul(p, l.weight_params()));
         // _LoraFactorsProxy: baddbmm(W, lhs, rhs) keeps the factors, which get_delta_factors casts
         // to the weight's dtype: new tensors when the adapters' dtype differs (fp32 adapters on a
         // bf16 model), views of the adapters otherwise. gate_up_proj: rank 2r, [E, 2i, 2r] and
@@ -639,6 +643,21 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         per_layer_const = add(per_layer_const, mul(fp32_router ? 4 : p, l.weight_params()));
       }
     }
+    // The merged weight is a non-leaf needing a gradient, so each grouped_mm's backward makes a
+    // weight gradient the size of the whole expert stack, in the model dtype, before baddbmm's
+    // node turns it into the factors' gradients (the node was created just before that grouped_mm
+    // when the parametrised weight was read, so it runs next and frees the gradient). At
+    // down_proj's node both merged weights are saved; the weighting mul's node has released the
+    // down output and left its gradient [S, h] in its place; the node makes dm [S, i] and the
+    // weight gradient. At gate_up_proj's node down's merged weight, its input (act * up), the
+    // activation output and the gate_up output are released; it makes the weight gradient next to
+    // d(gate_up) [S, 2i]. Measured, peak dump of tuning case
+    // mixtral/h512-L2-V2048/lora-r16-all/bf16/gc/eager/b1s24/sgd at the recomputed layer's
+    // _grouped_mm backward: the bf16 baddbmm outputs [4, 3584, 512] and [4, 512, 1792], the
+    // _grouped_mm weight gradient [4, 512, 1792] and dm [48, 1792] beside the saved tensors.
+    if (merged_hidden > 0 || merged_in > 0)
+      merged_grad = std::max(add(merged_hidden, mul(tokens, moe_slots, p, wi)),
+                             sub_floor(merged_in, add(merged_hidden, mul(tokens, moe_slots, p, add(mul(2, wi), h)))));
     // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
     // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
     const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : p;
@@ -820,6 +839,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // weighting mul's gradient of the down output (allocated by the autograd engine, no
     // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
     mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, p, h))));
+    mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
   }
   if (!g.moe) {
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)
