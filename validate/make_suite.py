@@ -386,6 +386,14 @@ def pattern_cases():
                precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
                micro_batch_size=1, sequence_length=32,
                lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # SDPA with a sliding window exactly as long as the sequence (still an explicit mask, so K/V
+        # are repeated to every query head)
+        shaped("mistral", "mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw", 2, 4, 1024, task="lora",
+               precision="bf16", attention="sdpa", micro_batch_size=3, sequence_length=32,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
+        shaped("mistral", "mistral/h192-L3-V2048/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw", 1.5, 3, 2048, task="lora",
+               precision="bf16", attention="sdpa", micro_batch_size=3, sequence_length=32,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
     ]
 
 

@@ -502,9 +502,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // Flash / memory-efficient kernels keep q, k, v, output and lse; with no padding mask
       // Transformers passes enable_gqa (no K/V copies). The output is laid out [b, s, heads, d],
       // so transpose(1, 2).contiguous() is a view and o_proj reads that same storage.
-      // A sliding-window layer shorter than the sequence gets an explicit [b, 1, s, s] mask
+      // A sliding-window layer no longer than the sequence gets an explicit [b, 1, s, s] mask
       // (shared_forward_bytes), and with a mask Transformers does not use enable_gqa: repeat_kv
-      // copies K and V to every query head (measured, mistral-tiny window 32 at s=64).
+      // copies K and V to every query head (measured, mistral-tiny window 32 at s=64; and at
+      // s = 32, peak dump of tuning case mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw:
+      // a (3, 1, 32, 32) where and K/V repeated to (3, 4, 4, 32, 16) per layer).
       // Falcon (rotary) builds its SDPA mask inside every layer: the flash kernel keeps that
       // layer's own [b, 1, s, s] mask, and with a mask K and V are copied to every query head
       // (measured, analyze_saved.py falcon-tiny --lora --attention sdpa, fp32: per layer a
@@ -513,12 +515,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
       // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
       // each layer's SDPA, no model-level mask alive in backward).
-      // Llama 4's chunked attention (attention_chunk_size shorter than the sequence) is a mask
+      // Llama 4's chunked attention (attention_chunk_size no longer than the sequence) is a mask
       // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
       // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
       // layer, full causal, keeps neither).
-      const bool windowed_here = (g.sliding_window > 0 && g.sliding_window < seq) ||
-                                 (g.attention_chunk > 0 && g.attention_chunk < seq);
+      const bool windowed_here = g.local_mask(seq);
       const bool layer_mask = (m.family == "falcon" && !m.alibi && m.causal) ||
                               (windowed_here && m.causal && r.device == Device::Cpu);
       if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
@@ -1130,9 +1131,9 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   // cos and sin [1, s, rotary_dim] (position_ids default to one row shared by the batch)
   const u64 rope_elem = module_impl(r).rope_bytes ? module_impl(r).rope_bytes : mul(2, d.compute);  // per (position, rotary dim)
   if (rotary) bytes = add(bytes, mul(seq, rope_elem, m.attention == AttentionKind::MultiLatent ? m.qk_rope_head_dim : m.head_dim));
-  bool windowed = false;  // a sliding window shorter than the sequence: SDPA gets an explicit mask
+  bool windowed = false;  // a sliding window no longer than the sequence: SDPA gets an explicit mask
   for (const LayerGroup& g : m.groups)
-    windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq) || (g.attention_chunk > 0 && g.attention_chunk < seq);
+    windowed = windowed || g.local_mask(seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
   if (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu && m.causal)
     bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask (the kernel keeps it)
