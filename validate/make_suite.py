@@ -394,6 +394,11 @@ def pattern_cases():
         shaped("mistral", "mistral/h192-L3-V2048/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw", 1.5, 3, 2048, task="lora",
                precision="bf16", attention="sdpa", micro_batch_size=3, sequence_length=32,
                lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
+        # autocast full training of a relu MLP without checkpointing (fc2 reads relu's half output)
+        shaped("opt", "opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw", 0.5, 3, 2048, precision="amp_bf16",
+               attention="eager", micro_batch_size=1, sequence_length=768),
+        shaped("opt", "opt/h128-L2-V4096/full/amp_bf16/nogc/eager/b2s512/sgd", 1, 2, 4096, precision="amp_bf16",
+               attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=512),
     ]
 
 

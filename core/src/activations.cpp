@@ -601,7 +601,14 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   };
   // down_proj's input: in an MoE layer only the shared expert's down_proj reads it as a Linear
   // (the routed experts' are counted with the MoE block), so its width is the shared expert's.
-  const SlotKeep down_in = slot({LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
+  SlotKeep down_in = slot({LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
+  // Under autocast slot() counts a half cast of each trained Linear's input, but fc2's input is
+  // relu's output, already half (fc1 ran in half) and kept by relu: autocast casts nothing and fc2
+  // keeps that same tensor, as without autocast (measured, peak dump of tuning case
+  // opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw: one bf16 relu [768, 256] per layer
+  // and no half copy of it; a non-relu activation's output is a tensor of its own, kept by fc2)
+  if (d.amp && full && !g.moe && m.mlp == MlpKind::Plain && relu)
+    down_in.extra = sub_floor(down_in.extra, mul(d.compute, g.mlp_intermediate));
   if (g.moe) {
     // Transformers 5.x MoE blocks (Mixtral, Qwen2/3-MoE, DeepSeek-V3): the experts are fused
     // [E, ...] parameters run with grouped_mm over the token slots sorted by expert. Measured per
