@@ -399,6 +399,17 @@ def pattern_cases():
                attention="eager", micro_batch_size=1, sequence_length=768),
         shaped("opt", "opt/h128-L2-V4096/full/amp_bf16/nogc/eager/b2s512/sgd", 1, 2, 4096, precision="amp_bf16",
                attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=512),
+        # autocast full training of fused experts (grouped_mm, not cast by CPU autocast) with
+        # checkpointing: the loss and the recomputed MoE backward as the peak
+        shaped("qwen2_moe", "qwen2_moe/h256-L4-V8192/full/amp_bf16/gc/sdpa/b2s192/sgd_momentum", 2, 4, 8192,
+               precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=2, sequence_length=192),
+        shaped("qwen2_moe", "qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum", 2, 4, 4096,
+               precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=3, sequence_length=256),
+        shaped("qwen2_moe", "qwen2_moe/h256-L3-V8192/full/amp_bf16/gc/sdpa/b3s192/sgd_momentum", 2, 3, 8192,
+               precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=3, sequence_length=192),
     ]
 
 

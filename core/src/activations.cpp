@@ -156,6 +156,14 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 
   u64 saved = 0;    // bytes per token
   const u64 moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
+  // Fused experts run torch._grouped_mm, which is not on CPU autocast's op list: under autocast
+  // their tensors stay in the (fp32) dtype of the hidden states they gather (measured, torch 2.15:
+  // _grouped_mm of fp32 operands under autocast("cpu", bfloat16) returns fp32; peak dump of tuning
+  // case qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum: fp32 _grouped_mm
+  // [1536, 384], silu and mul [1536, 192] in the recomputed layer). CUDA's list is not verified
+  // here: there the experts are taken to run in half, as before.
+  const bool fp32_experts = d.amp && g.moe && !g.experts_on_every_token && r.device == Device::Cpu;
+  const u64 xp = fp32_experts ? d.residual : p;  // bytes per element of the routed experts' tensors
   u64 ctx_held = 0, ctx_only = 0;  // per token: what quantized Linears' contexts hold (see slot), and what only they hold
   u64 hid = 0;      // the [T, h] part of `saved`
   u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
@@ -668,7 +676,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
                              sub_floor(merged_in, add(merged_hidden, mul(tokens, moe_slots, p, add(mul(2, wi), h)))));
     // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
     // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
-    const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : p;
+    // (the hidden states' dtype: fp32 under autocast)
+    const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : d.residual;
     // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
     // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
     // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
@@ -681,8 +690,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
     const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
     const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
-                                                  : add(add(mul(3, 8), mul(p, wi, add(2, gate_saves))), add(route_w, mul(p, h)));
-    keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(p, h), mul(p, wi)) : 0)));
+                                                  : add(add(mul(3, 8), mul(xp, wi, add(2, gate_saves))), add(route_w, mul(xp, h)));
+    keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0)));
     if (g.shared_intermediate > 0) {
       // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
       keep(mlp(g.shared_intermediate, 1));
@@ -791,7 +800,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
-  out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
+  const u64 wp = g.moe ? xp : p;  // bytes per element of the MLP intermediates
+  out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(wp, width_i), mul(2, d.residual, h))));
   {
     // eager's score tensors exist at the attention moment, before the MLP has saved anything;
     // the MLP moments come after they are freed
@@ -817,8 +827,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
       u64 gathered_bias = 0;
       for (const Linear& l : g.linears)
-        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, p, l.out));
-      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(p, width_i), gathered_bias), mul(2, d.residual, h))));
+        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, xp, l.out));
+      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(wp, width_i), gathered_bias), mul(2, d.residual, h))));
       out.recompute_transient = out.forward_transient;
       // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
       // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
@@ -838,7 +848,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // casts); with a LoRA adapter on down_proj the base and adapter paths each produce a [T, i]
   // gradient and the engine sums them out of place (3 x [T, i] at once). A gated MLP's mul node
   // then produces d(act) and d(up) next to dm (3 x [T, i]) before releasing act and up.
-  u64 mlp_bwd = mul(tokens, mul(3, p, width_i));
+  u64 mlp_bwd = mul(tokens, mul(3, wp, width_i));
   u64 mlp_at_down = 0;  // dense MLPs: the down projection's node (MoE: its whole worst moment)
   if (g.moe) {
     // MoE backward, measured (peakdump, deepseek_v3/lora/fp32/gc/sdpa): with every saved tensor
@@ -846,7 +856,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
     // weighting mul's gradient of the down output (allocated by the autograd engine, no
     // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, p, h))));
+    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h))));
     mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
   }
   if (!g.moe) {
@@ -957,7 +967,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // MoE: the weighted sum over the k routed slots, (down_out * routing_weight).sum(dim=1), has
   // no saved tensor: its backward (SumBackward's expand, made contiguous for MulBackward) runs
   // before the first unpack and its [T, k, h] gradient lives through the recomputation.
-  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, moe_slots, p, h));
+  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, moe_slots, xp, h));
   // Recomputed under checkpointing: everything `saved` except what aliases the checkpointed input
   // (the first norm keeps the layer input itself unless RMSNorm upcasts a half input to a copy).
   const bool first_norm_keeps_input = m.norm != NormKind::RMSNorm || d.residual == 4;
