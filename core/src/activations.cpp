@@ -856,7 +856,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
     // weighting mul's gradient of the down output (allocated by the autograd engine, no
     // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h))));
+    out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
+    mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
     mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
   }
   if (!g.moe) {
