@@ -50,7 +50,7 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 #  2. the tuning set's shape-randomised and pattern cases, and
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
 #     with MEMFIT_CHECK_SEED=<seed>): both at MEMFIT_SHAPES_TOLERANCE. The target is 2 % there
-#     too; the replays now hold it (data/measurements/cpu-suite-generated.jsonl: 0 of 152 shaped
+#     too; the replays now hold it (data/measurements/cpu-suite-generated.jsonl: 0 of 161 shaped
 #     tuning cases over 2 %, worst 1.73 %; cpu-check.jsonl: 0 of 300, worst 1.78 %), but the gate
 #     for 2 and 3 still sits at 6 % until the holdout replay says the 2 % target holds on unseen
 #     cases. The tables print every case's error either way.
