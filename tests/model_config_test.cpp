@@ -187,6 +187,21 @@ u64 layers_where(const ModelSpec& m, bool (*pred)(const LayerGroup&)) {
 }
 }  // namespace
 
+TEST_CASE("a window or chunk no longer than the sequence gets an explicit mask", "[model]") {
+  // transformers 5.23 masking_utils.py _ignore_causal_mask_sdpa keeps the mask when
+  // kv_length >= local_attention_size (measured: a (3, 1, 32, 32) mask at s = window = 32)
+  LayerGroup window;
+  window.sliding_window = 32;
+  CHECK_FALSE(window.local_mask(31));
+  CHECK(window.local_mask(32));
+  CHECK(window.local_mask(64));
+  LayerGroup chunk;
+  chunk.attention_chunk = 64;
+  CHECK_FALSE(chunk.local_mask(63));
+  CHECK(chunk.local_mask(64));
+  CHECK_FALSE(LayerGroup{}.local_mask(4096));
+}
+
 TEST_CASE("gpt-oss: sinks, biases, alternating sliding window and MXFP4 storage", "[model][params][gpt_oss]") {
   const ModelSpec m = load("openai--gpt-oss-20b");
   CHECK(m.layers == 24);

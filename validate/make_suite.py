@@ -376,6 +376,40 @@ def pattern_cases():
         # eager attention with one K/V head (no K/V copies at b = 1), sliding and full layers, checkpointing
         shaped("gemma2", "gemma2/h64-L2-V2048/full/fp32/gc/eager/b1s1024/sgd", 0.5, 2, 2048, attention="eager",
                gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1, sequence_length=1024),
+        # MoE LoRA on every linear (PEFT's parametrisation of the fused experts) under checkpointing
+        # at a short sequence, where the merged expert weights and their gradients dominate
+        shaped("mixtral", "mixtral/h384-L3-V2048/lora-r8-all/bf16/gc/eager/b1s48/sgd", 3, 3, 2048, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=1, sequence_length=48,
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("mixtral", "mixtral/h512-L3-V1024/lora-r16-all/bf16/gc/eager/b1s32/sgd", 4, 3, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=1, sequence_length=32,
+               lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # SDPA with a sliding window exactly as long as the sequence (still an explicit mask, so K/V
+        # are repeated to every query head)
+        shaped("mistral", "mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw", 2, 4, 1024, task="lora",
+               precision="bf16", attention="sdpa", micro_batch_size=3, sequence_length=32,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
+        shaped("mistral", "mistral/h192-L3-V2048/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw", 1.5, 3, 2048, task="lora",
+               precision="bf16", attention="sdpa", micro_batch_size=3, sequence_length=32,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
+        # autocast full training of a relu MLP without checkpointing (fc2 reads relu's half output)
+        shaped("opt", "opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw", 0.5, 3, 2048, precision="amp_bf16",
+               attention="eager", micro_batch_size=1, sequence_length=768),
+        shaped("opt", "opt/h128-L2-V4096/full/amp_bf16/nogc/eager/b2s512/sgd", 1, 2, 4096, precision="amp_bf16",
+               attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=512),
+        # autocast full training of fused experts (grouped_mm, not cast by CPU autocast) with
+        # checkpointing: the loss and the recomputed MoE backward as the peak
+        shaped("qwen2_moe", "qwen2_moe/h256-L4-V8192/full/amp_bf16/gc/sdpa/b2s192/sgd_momentum", 2, 4, 8192,
+               precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=2, sequence_length=192),
+        shaped("qwen2_moe", "qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum", 2, 4, 4096,
+               precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=3, sequence_length=256),
+        shaped("qwen2_moe", "qwen2_moe/h256-L3-V8192/full/amp_bf16/gc/sdpa/b3s192/sgd_momentum", 2, 3, 8192,
+               precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=3, sequence_length=192),
     ]
 
 

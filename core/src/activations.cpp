@@ -156,6 +156,14 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 
   u64 saved = 0;    // bytes per token
   const u64 moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
+  // Fused experts run torch._grouped_mm, which is not on CPU autocast's op list: under autocast
+  // their tensors stay in the (fp32) dtype of the hidden states they gather (measured, torch 2.15:
+  // _grouped_mm of fp32 operands under autocast("cpu", bfloat16) returns fp32; peak dump of tuning
+  // case qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum: fp32 _grouped_mm
+  // [1536, 384], silu and mul [1536, 192] in the recomputed layer). CUDA's list is not verified
+  // here: there the experts are taken to run in half, as before.
+  const bool fp32_experts = d.amp && g.moe && !g.experts_on_every_token && r.device == Device::Cpu;
+  const u64 xp = fp32_experts ? d.residual : p;  // bytes per element of the routed experts' tensors
   u64 ctx_held = 0, ctx_only = 0;  // per token: what quantized Linears' contexts hold (see slot), and what only they hold
   u64 hid = 0;      // the [T, h] part of `saved`
   u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
@@ -502,9 +510,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // Flash / memory-efficient kernels keep q, k, v, output and lse; with no padding mask
       // Transformers passes enable_gqa (no K/V copies). The output is laid out [b, s, heads, d],
       // so transpose(1, 2).contiguous() is a view and o_proj reads that same storage.
-      // A sliding-window layer shorter than the sequence gets an explicit [b, 1, s, s] mask
+      // A sliding-window layer no longer than the sequence gets an explicit [b, 1, s, s] mask
       // (shared_forward_bytes), and with a mask Transformers does not use enable_gqa: repeat_kv
-      // copies K and V to every query head (measured, mistral-tiny window 32 at s=64).
+      // copies K and V to every query head (measured, mistral-tiny window 32 at s=64; and at
+      // s = 32, peak dump of tuning case mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw:
+      // a (3, 1, 32, 32) where and K/V repeated to (3, 4, 4, 32, 16) per layer).
       // Falcon (rotary) builds its SDPA mask inside every layer: the flash kernel keeps that
       // layer's own [b, 1, s, s] mask, and with a mask K and V are copied to every query head
       // (measured, analyze_saved.py falcon-tiny --lora --attention sdpa, fp32: per layer a
@@ -513,12 +523,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
       // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
       // each layer's SDPA, no model-level mask alive in backward).
-      // Llama 4's chunked attention (attention_chunk_size shorter than the sequence) is a mask
+      // Llama 4's chunked attention (attention_chunk_size no longer than the sequence) is a mask
       // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
       // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
       // layer, full causal, keeps neither).
-      const bool windowed_here = (g.sliding_window > 0 && g.sliding_window < seq) ||
-                                 (g.attention_chunk > 0 && g.attention_chunk < seq);
+      const bool windowed_here = g.local_mask(seq);
       const bool layer_mask = (m.family == "falcon" && !m.alibi && m.causal) ||
                               (windowed_here && m.causal && r.device == Device::Cpu);
       if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
@@ -581,6 +590,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     held_by_ctx(mlp_in, mul(norm_out, h));
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
+  u64 merged_grad = 0;      // PEFT-parametrised experts: the worst merged-weight gradient moment (below)
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
   u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
   bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
@@ -599,7 +609,14 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   };
   // down_proj's input: in an MoE layer only the shared expert's down_proj reads it as a Linear
   // (the routed experts' are counted with the MoE block), so its width is the shared expert's.
-  const SlotKeep down_in = slot({LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
+  SlotKeep down_in = slot({LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
+  // Under autocast slot() counts a half cast of each trained Linear's input, but fc2's input is
+  // relu's output, already half (fc1 ran in half) and kept by relu: autocast casts nothing and fc2
+  // keeps that same tensor, as without autocast (measured, peak dump of tuning case
+  // opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw: one bf16 relu [768, 256] per layer
+  // and no half copy of it; a non-relu activation's output is a tensor of its own, kept by fc2)
+  if (d.amp && full && !g.moe && m.mlp == MlpKind::Plain && relu)
+    down_in.extra = sub_floor(down_in.extra, mul(d.compute, g.mlp_intermediate));
   if (g.moe) {
     // Transformers 5.x MoE blocks (Mixtral, Qwen2/3-MoE, DeepSeek-V3): the experts are fused
     // [E, ...] parameters run with grouped_mm over the token slots sorted by expert. Measured per
@@ -620,12 +637,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     if (!g.experts_on_every_token)
       per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
     bool experts_trained = full;
+    u64 merged_in = 0, merged_hidden = 0;  // merged fused-expert weights read by gate_up / by down
     for (size_t i = 0; i < g.linears.size(); ++i) {
       const Linear& l = g.linears[i];
       if (full || !t.saves_input[i] || i >= t.parametrized.size() || !t.parametrized[i]) continue;
       if (l.routed) {
         experts_trained = true;
         per_layer_const = add(per_layer_const, mul(p, l.weight_params()));  // merged W + B@A
+        if (l.input == LinearInput::MlpHidden) merged_hidden = add(merged_hidden, mul(p, l.weight_params()));
+        else merged_in = add(merged_in, mul(p, l.weight_params()));
         // _LoraFactorsProxy: baddbmm(W, lhs, rhs) keeps the factors, which get_delta_factors casts
         // to the weight's dtype: new tensors when the adapters' dtype differs (fp32 adapters on a
         // bf16 model), views of the adapters otherwise. gate_up_proj: rank 2r, [E, 2i, 2r] and
@@ -639,9 +659,25 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         per_layer_const = add(per_layer_const, mul(fp32_router ? 4 : p, l.weight_params()));
       }
     }
+    // The merged weight is a non-leaf needing a gradient, so each grouped_mm's backward makes a
+    // weight gradient the size of the whole expert stack, in the model dtype, before baddbmm's
+    // node turns it into the factors' gradients (the node was created just before that grouped_mm
+    // when the parametrised weight was read, so it runs next and frees the gradient). At
+    // down_proj's node both merged weights are saved; the weighting mul's node has released the
+    // down output and left its gradient [S, h] in its place; the node makes dm [S, i] and the
+    // weight gradient. At gate_up_proj's node down's merged weight, its input (act * up), the
+    // activation output and the gate_up output are released; it makes the weight gradient next to
+    // d(gate_up) [S, 2i]. Measured, peak dump of tuning case
+    // mixtral/h512-L2-V2048/lora-r16-all/bf16/gc/eager/b1s24/sgd at the recomputed layer's
+    // _grouped_mm backward: the bf16 baddbmm outputs [4, 3584, 512] and [4, 512, 1792], the
+    // _grouped_mm weight gradient [4, 512, 1792] and dm [48, 1792] beside the saved tensors.
+    if (merged_hidden > 0 || merged_in > 0)
+      merged_grad = std::max(add(merged_hidden, mul(tokens, moe_slots, p, wi)),
+                             sub_floor(merged_in, add(merged_hidden, mul(tokens, moe_slots, p, add(mul(2, wi), h)))));
     // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
     // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
-    const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : p;
+    // (the hidden states' dtype: fp32 under autocast)
+    const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : d.residual;
     // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
     // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
     // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
@@ -654,8 +690,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
     const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
     const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
-                                                  : add(add(mul(3, 8), mul(p, wi, add(2, gate_saves))), add(route_w, mul(p, h)));
-    keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(p, h), mul(p, wi)) : 0)));
+                                                  : add(add(mul(3, 8), mul(xp, wi, add(2, gate_saves))), add(route_w, mul(xp, h)));
+    keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0)));
     if (g.shared_intermediate > 0) {
       // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
       keep(mlp(g.shared_intermediate, 1));
@@ -764,7 +800,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
-  out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(p, width_i), mul(2, d.residual, h))));
+  const u64 wp = g.moe ? xp : p;  // bytes per element of the MLP intermediates
+  out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(wp, width_i), mul(2, d.residual, h))));
   {
     // eager's score tensors exist at the attention moment, before the MLP has saved anything;
     // the MLP moments come after they are freed
@@ -790,8 +827,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
       u64 gathered_bias = 0;
       for (const Linear& l : g.linears)
-        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, p, l.out));
-      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(p, width_i), gathered_bias), mul(2, d.residual, h))));
+        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, xp, l.out));
+      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(wp, width_i), gathered_bias), mul(2, d.residual, h))));
       out.recompute_transient = out.forward_transient;
       // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
       // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
@@ -811,7 +848,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // casts); with a LoRA adapter on down_proj the base and adapter paths each produce a [T, i]
   // gradient and the engine sums them out of place (3 x [T, i] at once). A gated MLP's mul node
   // then produces d(act) and d(up) next to dm (3 x [T, i]) before releasing act and up.
-  u64 mlp_bwd = mul(tokens, mul(3, p, width_i));
+  u64 mlp_bwd = mul(tokens, mul(3, wp, width_i));
   u64 mlp_at_down = 0;  // dense MLPs: the down projection's node (MoE: its whole worst moment)
   if (g.moe) {
     // MoE backward, measured (peakdump, deepseek_v3/lora/fp32/gc/sdpa): with every saved tensor
@@ -819,7 +856,9 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
     // weighting mul's gradient of the down output (allocated by the autograd engine, no
     // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-    mlp_bwd = std::max(mlp_bwd, mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, p, h))));
+    out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
+    mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
+    mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
   }
   if (!g.moe) {
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)
@@ -929,7 +968,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // MoE: the weighted sum over the k routed slots, (down_out * routing_weight).sum(dim=1), has
   // no saved tensor: its backward (SumBackward's expand, made contiguous for MulBackward) runs
   // before the first unpack and its [T, k, h] gradient lives through the recomputation.
-  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, moe_slots, p, h));
+  if (g.moe) out.recompute_held = add(out.recompute_held, mul(tokens, moe_slots, xp, h));
   // Recomputed under checkpointing: everything `saved` except what aliases the checkpointed input
   // (the first norm keeps the layer input itself unless RMSNorm upcasts a half input to a copy).
   const bool first_norm_keeps_input = m.norm != NormKind::RMSNorm || d.residual == 4;
@@ -1110,9 +1149,9 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   // cos and sin [1, s, rotary_dim] (position_ids default to one row shared by the batch)
   const u64 rope_elem = module_impl(r).rope_bytes ? module_impl(r).rope_bytes : mul(2, d.compute);  // per (position, rotary dim)
   if (rotary) bytes = add(bytes, mul(seq, rope_elem, m.attention == AttentionKind::MultiLatent ? m.qk_rope_head_dim : m.head_dim));
-  bool windowed = false;  // a sliding window shorter than the sequence: SDPA gets an explicit mask
+  bool windowed = false;  // a sliding window no longer than the sequence: SDPA gets an explicit mask
   for (const LayerGroup& g : m.groups)
-    windowed = windowed || (g.sliding_window > 0 && g.sliding_window < seq) || (g.attention_chunk > 0 && g.attention_chunk < seq);
+    windowed = windowed || g.local_mask(seq);
   // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
   if (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu && m.causal)
     bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask (the kernel keeps it)

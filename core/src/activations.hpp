@@ -47,6 +47,8 @@ struct LayerActivations {
   u64 mlp_backward_transient = 0;        ///< extra live at the MLP block's worst backward moment
   u64 mlp_backward_at_down = 0;          ///< extra live at the down projection's node (its input
                                          ///< gradient made, its saved tensors not yet released)
+  u64 moe_backward_start = 0;            ///< MoE block: extra live at its first backward nodes (the
+                                         ///< weighted slot sum, the gathers), before any weight gradient
   u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off
   u64 attention_released = 0;            ///< saved tensors of the layer (its MLP, the attention block's tail)
                                          ///< already released at the attention block's worst backward moment

@@ -117,7 +117,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // autograd keeps nothing; their forward is a no-grad forward
       la.forward_transient = la.recompute_transient = la.inference_transient;
       la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
-      la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = 0;
+      la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
       la.attention_backward_gross = la.attention_released = 0;
     }
     const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
@@ -195,8 +195,24 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // and qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2 are within 0.4 %
     // with no new adapter gradient, closer than with the two largest adapter matrices.)
     const u64 new_grads = r.task == Task::Full ? std::min(grad, scale(rs.grads, div_ceil(new_t, l.tp), total_t)) : 0;
-    runs.push_back({count, kept, la.recomputed, la.backward_transient, la.mlp_backward_transient, la.attention_backward_gross, la.attention_released, grad, casts,
-                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, la.mlp_backward_at_down});
+    // Checkpointing under autocast: the recomputed forward casts the layer's weights again (the
+    // forward's cast cache is gone by then) and its matmuls keep the half copies until their own
+    // backward. At an MoE block's first backward nodes (the weighted slot sum, the gathers) no
+    // Linear of the layer has run its backward, so every cast is alive and no weight gradient
+    // exists yet (measured, peak dump of tuning case
+    // qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum at index_put: bf16 copies
+    // of q, k, v, o, the router and the shared expert's gate, up and down, no half gradient).
+    // (Dense layers' worst moments come later in their backward: adding the casts there overshoots
+    // tuning cases that matched without them, e.g. qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor,
+    // so they are left out there.)
+    u64 mlp_bwd_t = la.mlp_backward_transient, mlp_at_down = la.mlp_backward_at_down;
+    if (gc && m.groups[i].moe && s.groups[i].casts > 0) {
+      const u64 start = add(la.moe_backward_start, div_ceil(s.groups[i].casts, l.tp));
+      mlp_bwd_t = std::max(mlp_bwd_t, start);
+      mlp_at_down = std::max(mlp_at_down, start);
+    }
+    runs.push_back({count, kept, la.recomputed, la.backward_transient, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
+                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down});
     A = add(A, mul(count, kept));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean

@@ -189,7 +189,7 @@ void edit_eager_attention(OpList& l, bool gqa) {
 }
 
 void edit_window_mask(OpList& l, bool gqa) {
-  // a sliding window shorter than the sequence: the CPU SDPA path builds a [b, 1, s, s] float mask
+  // a sliding window no longer than the sequence: the CPU SDPA path builds a [b, 1, s, s] float mask
   // in every layer, and with a mask Transformers repeats K/V to every query head [S] (repeat_kv
   // returns K/V themselves when every head has its own)
   const auto at = position(l, "attn.out");

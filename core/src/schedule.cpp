@@ -724,7 +724,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
   const LayerGroup& g = m.groups.front();
-  const bool window_mask = g.sliding_window > 0 && g.sliding_window < r.sequence_length && r.device == Device::Cpu;
+  const bool window_mask = g.local_mask(r.sequence_length) && r.device == Device::Cpu;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
   if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
     return std::nullopt;

@@ -276,7 +276,12 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       (split ? gs.t_split : gs.t_repl) = add(split ? gs.t_split : gs.t_repl, t);
       // backward needs every Linear weight (frozen ones too, for the input gradient): autocast
       // keeps the half cast of each.
-      if (casts_on && !g.frozen) gs.casts = add(gs.casts, mul(2, l.weight_params()));
+      // Fused experts run torch._grouped_mm, which CPU autocast does not cast (activations.cpp
+      // fp32_experts): no half copy of them (measured, peak dump of tuning case
+      // qwen2_moe/h256-L4-V8192/full/amp_bf16/gc/sdpa/b2s192/sgd_momentum: bf16 casts of every
+      // attention, router and shared-expert weight, none of the [4, 384, 256] / [4, 256, 192] experts)
+      const bool uncast_experts = g.moe && l.routed && !g.experts_on_every_token && r.device == Device::Cpu;
+      if (casts_on && !g.frozen && !uncast_experts) gs.casts = add(gs.casts, mul(2, l.weight_params()));
     }
     gs.w_repl = add(gs.w_repl, mul(full ? wbytes : frozen_bytes, g.other_params));
     if (trained) gs.t_repl = add(gs.t_repl, g.other_params);

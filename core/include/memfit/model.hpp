@@ -87,6 +87,12 @@ struct LayerGroup {
     if (attention_chunk > 0) return LayerAttention::Chunked;
     return LayerAttention::Full;
   }
+  /// Transformers gives a window (or chunk) no longer than the sequence an explicit mask: its SDPA
+  /// mask may skip to is_causal only while the keys are fewer than the window (transformers 5.23
+  /// masking_utils.py _ignore_causal_mask_sdpa: `kv_length >= local_attention_size` keeps the mask).
+  [[nodiscard]] bool local_mask(u64 seq) const {
+    return (sliding_window > 0 && sliding_window <= seq) || (attention_chunk > 0 && attention_chunk <= seq);
+  }
 };
 
 /// How the checkpoint itself stores some weights (config.json `quantization_config`), as plain
