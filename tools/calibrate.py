@@ -82,9 +82,11 @@ def merge(*parts):
 # chunked_cross_entropy; the first micro-batch holds the longest Alpaca sample and is padded to it, so the run
 # reaches micro-batch x longest (1304 tokens for Llama 2, 1079 for Falcon: stated in the doc). Multi-GPU runs use
 # FSDPStrategy(auto_wrap_policy={Block}, activation_checkpointing_policy={Block}).
+# lit-gpt 8641822 is setup.py version 0.1.0; its lora.py accumulates batch_size 128 // micro_batch_size
+# micro-batches (not divided by the devices) under fabric.no_backward_sync.
 LITGPT_LORA = {"task": "lora", "lora": {"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.05},
                "precision": "bf16", "optimizer": "adamw", "attention": "sdpa", "gpu": {"name": "A100-40GB"},
-               "runtime": {"framework": "litgpt"}}
+               "runtime": {"framework": "litgpt", "framework_version": "0.1.0"}}
 # The resource tables state "Bitsandbytes 0.41.1" among their libraries (tutorials/resource-tables.md at 0cc02afa1).
 LITGPT_BNB_RESOURCE_TABLES = "0.41.1"
 LITGPT_SEQ = {"meta-llama/Llama-2-7b-hf": 1304, "meta-llama/Llama-2-13b-hf": 1304, "tiiuae/falcon-40b": 1079}
@@ -92,7 +94,8 @@ LITGPT_SEQ = {"meta-llama/Llama-2-7b-hf": 1304, "meta-llama/Llama-2-13b-hf": 130
 
 def litgpt_lora(model, micro_batch, quantization=None, num_gpus=1):
     """A LitGPT resource-table LoRA row as a request (see LITGPT_LORA)."""
-    parts = [LITGPT_LORA, {"model": {"id": model}, "micro_batch_size": micro_batch, "sequence_length": LITGPT_SEQ[model]}]
+    parts = [LITGPT_LORA, {"model": {"id": model}, "micro_batch_size": micro_batch, "sequence_length": LITGPT_SEQ[model],
+                           "gradient_accumulation_steps": 128 // micro_batch}]
     if "falcon" in model:  # LoRA sits inside the fused query_key_value projection
         parts.append({"lora": {"targets": ["query_key_value"]}})
     if quantization:
@@ -136,7 +139,7 @@ LITGPT_BNB_CONFIG_HUB = "0.42.0"
 def litgpt_hub(model, micro_batch, rank, targets, dropout, quantization=None, attention="sdpa"):
     request = {"model": {"id": model}, "task": "lora", "lora": {"rank": rank, "alpha": 16, "targets": targets, "dropout": dropout},
                "precision": "bf16", "optimizer": "adamw", "micro_batch_size": micro_batch, "sequence_length": 512,
-               "attention": attention, "gpu": {"name": "A10G-24GB"}, "runtime": {"framework": "litgpt"}}
+               "attention": attention, "gpu": {"name": "A10G-24GB"}, "runtime": {"framework": "litgpt", "framework_version": "0.4"}}
     if quantization:
         request = merge(request, {"task": "qlora", "quantization": quantization, "optimizer": "paged_adamw",
                                   "runtime": {"bitsandbytes_version": LITGPT_BNB_CONFIG_HUB}})
@@ -377,14 +380,13 @@ ALTERNATIVE_READINGS = {
 # An OOM record here that is estimated to fit is printed as such but does not fail --check.
 _BNB_SAVES_INPUT = ("bitsandbytes MatMul4Bit before 0.43.2 keeps its input A on ctx.tensors (9e753741, #1270); these runs "
                     "used 0.41.1 / 0.42.0 and memfit models it (runtime.bitsandbytes_version), which closes about a "
-                    "third to two thirds of the gap (-21..-35 % -> -10..-27 %; phi-2 +0.1 % -> +11.9 %, where memfit also applies "
-                    "the HF config's resid_pdrop that LitGPT's GPT has no module for). The rest is not established")
-_FABRIC_FSDP = ("Fabric's FSDPStrategy (Lightning 71aed751, PyTorch 2.1 FSDP1) sets use_orig_params=True, so the "
-                "frozen base weights share flat parameters with the LoRA weights; PEFT's FSDP guide says "
-                "use_orig_params must be False for FSDP to save memory with PEFT. The figures are nearly flat in "
-                "micro-batch and above the single-GPU run: about the whole unsharded bf16 model on every GPU plus "
-                "the checkpointed step. The exact mechanism (units not resharded after backward, or full-size "
-                "gradients for the frozen part) is not established")
+                    "third to two thirds of the gap (-21..-35 % -> -10..-27 %). Checked and not the rest: bitsandbytes "
+                    "0.41.0 -> 0.42.0 changed neither MatMul4Bit nor Linear4bit (same ctx, same dequantize-then-F.linear); "
+                    "Lightning's _Linear4bit quantizes from fp16 (bitsandbytes.py quantize: .to(torch.half)), so each "
+                    "dequantize_4bit returns fp16 and MatMul4Bit's .to(A.dtype) makes a second dense [out, in] copy, and "
+                    "BitsandbytesPrecision quantizes lm_head too: transients of one weight, 0.1-2 GiB, not the 2-4.6 GiB "
+                    "the 2024 config-hub runs miss by (0.5-0.8 GiB for the 2023 resource-table runs), while their LoRA "
+                    "twins (same LitGPT, Lightning, GPU) are within 1 %. The rest is not established")
 OPEN_MISSES = {
     "litgpt-llama2-7b-qlora-nf4-mb1": _BNB_SAVES_INPUT,
     "litgpt-llama2-7b-qlora-nf4dq-mb1": _BNB_SAVES_INPUT,
@@ -400,12 +402,6 @@ OPEN_MISSES = {
     "litgpt-hub-phi-2-qlora": _BNB_SAVES_INPUT,
     "litgpt-hub-phi-3-qlora": _BNB_SAVES_INPUT,
     "litgpt-hub-tiny-llama-qlora": _BNB_SAVES_INPUT,
-    "litgpt-llama2-7b-lora-mb1-fsdp2": _FABRIC_FSDP,
-    "litgpt-llama2-7b-lora-mb2-fsdp2": _FABRIC_FSDP,
-    "litgpt-llama2-7b-lora-mb4-fsdp2": _FABRIC_FSDP,
-    "litgpt-llama2-13b-lora-mb1-fsdp2-oom": _FABRIC_FSDP,
-    "litgpt-llama2-13b-lora-mb1-fsdp4": _FABRIC_FSDP,
-    "litgpt-falcon-40b-lora-mb1-fsdp4-oom": _FABRIC_FSDP,
 }
 # torchtune logs three figures (training/memory.py get_memory_stats: active_bytes.all.peak,
 # max_memory_allocated, max_memory_reserved). Records whose table does not say which one it

@@ -428,7 +428,8 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     if (!p.is_object()) throw Error("request field \"parallelism\" must be an object like {\"method\": \"zero3\"}");
     check_keys(p, "\"parallelism\"",
                {"method", "dp", "tp", "pp", "cp", "sequence_parallel", "offload_optimizer", "offload_params", "gpus_per_node",
-                "gradient_as_bucket_view", "pipeline_schedule", "separate_embedding_units"});
+                "gradient_as_bucket_view", "pipeline_schedule", "separate_embedding_units", "frozen_in_trained_units",
+                "unsharded_grad_accumulation"});
     Parallelism& par = r.parallelism;
     if (p.contains("method")) par.method = pick(p["method"], "parallelism.method", kMethods);
     if (p.contains("dp")) par.dp = positive(p["dp"], "parallelism.dp", kMaxGpus);
@@ -443,6 +444,12 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
       par.gradient_as_bucket_view = boolean(p["gradient_as_bucket_view"], "parallelism.gradient_as_bucket_view");
     if (p.contains("separate_embedding_units"))
       par.separate_embedding_units = boolean(p["separate_embedding_units"], "parallelism.separate_embedding_units");
+    given.frozen_in_trained_units = p.contains("frozen_in_trained_units");
+    if (given.frozen_in_trained_units)
+      par.frozen_in_trained_units = boolean(p["frozen_in_trained_units"], "parallelism.frozen_in_trained_units");
+    given.unsharded_grad_accumulation = p.contains("unsharded_grad_accumulation");
+    if (given.unsharded_grad_accumulation)
+      par.unsharded_grad_accumulation = boolean(p["unsharded_grad_accumulation"], "parallelism.unsharded_grad_accumulation");
     if (p.contains("pipeline_schedule")) {
       constexpr std::pair<const char*, bool> kSchedules[] = {{"1f1b", false}, {"gpipe", true}};
       par.gpipe = pick(p["pipeline_schedule"], "parallelism.pipeline_schedule", kSchedules);
@@ -528,6 +535,8 @@ json request_to_json(const Request& r) {
                       {"offload_params", p.offload_params}, {"gpus_per_node", p.gpus_per_node},
                       {"gradient_as_bucket_view", p.gradient_as_bucket_view},
                       {"separate_embedding_units", p.separate_embedding_units},
+                      {"frozen_in_trained_units", p.frozen_in_trained_units},
+                      {"unsharded_grad_accumulation", p.unsharded_grad_accumulation},
                       {"pipeline_schedule", p.gpipe ? "gpipe" : "1f1b"}};
   j["device"] = r.device == Device::Cuda ? "cuda" : "cpu";
   j["runtime"] = {{"framework", to_string(r.runtime.framework)},

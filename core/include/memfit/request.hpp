@@ -106,6 +106,15 @@ struct Parallelism {
   /// FSDP: the embedding and the output projection are units of their own, gathered one at a time
   /// (torchtune's custom_sharded_layers: ['tok_embeddings', 'output']); otherwise they sit in the root unit
   bool separate_embedding_units = false;
+  /// FSDP1 with use_orig_params=True and one unit per decoder layer: the frozen base weights share
+  /// a flat parameter with the layer's adapters, so backward fills a gradient for every weight of
+  /// each unit that holds an adapter (LitGPT <= 0.5.7 FSDPStrategy(auto_wrap_policy={Block})).
+  /// Default: the framework's (frameworks.cpp).
+  bool frozen_in_trained_units = false;
+  /// Gradient-accumulation micro-batches skip FSDP's reduce-scatter (no_sync()): every GPU keeps
+  /// the unsharded gradients until the synchronising micro-batch (Lightning Fabric's
+  /// no_backward_sync, which LitGPT's loops use). Default: the framework's.
+  bool unsharded_grad_accumulation = false;
 };
 
 struct Runtime {
