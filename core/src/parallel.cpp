@@ -141,6 +141,13 @@ Layout make_layout(const Request& r) {
                        " x pp " + std::to_string(l.pp) + (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "");
     l.notes.push_back(desc + "; figures are per GPU for the busiest rank");
   }
+  if (is_fsdp(l.method) && r.task == Task::Lora && r.parallelism.frozen_in_trained_units)
+    l.notes.push_back("FSDP units hold frozen weights and adapters in one flat parameter (use_orig_params=True): every "
+                      "unit with an adapter gets a gradient for all its weights; wrap the adapters in units of their own "
+                      "to avoid it (parallelism.frozen_in_trained_units)");
+  if (is_fsdp(l.method) && r.parallelism.unsharded_grad_accumulation && r.gradient_accumulation_steps > 1)
+    l.notes.push_back("gradient accumulation under no_sync(): each GPU keeps the unsharded gradients between "
+                      "synchronising micro-batches (parallelism.unsharded_grad_accumulation)");
   return l;
 }
 
