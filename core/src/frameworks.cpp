@@ -68,7 +68,13 @@ constexpr FrameworkTraits kFrameworks[] = {
     // 0.5.13: only scaled_dot_product_attention(dropout_p=0.0)): a config's resid_pdrop /
     // attention_dropout / embd_pdrop (phi-2's HF config: resid_pdrop 0.1) do not apply. Its MLPs
     // call torch.nn.functional.gelu(approximate=config.gelu_approximate) or silu (model.py
-    // GptNeoxMLP, LLaMAMLP, GemmaMLP at v0.4.0 and 0.5.13), never a GELU in Python ops.
+    // GptNeoxMLP, LLaMAMLP, GemmaMLP at v0.4.0 and 0.5.13), never a GELU in Python ops. Its QLoRA
+    // is Lightning's BitsandbytesPrecision(quantize[4:], dtype) without ignore_modules (finetune/
+    // lora.py at 8641822 and v0.4.0): lm_head is quantized too, from an fp16 copy (Lightning
+    // fabric/plugins/precision/bitsandbytes.py _Linear4bit.quantize at 71aed751, 527d071f and 2.6).
+    // Its GPT always has its own lm_head (model.py: nn.Linear; scripts/convert_hf_checkpoint.py
+    // copies transformer.wte.weight into lm_head.weight for tied checkpoints such as Gemma's;
+    // finetune/lora.py validate_args rejects train.tie_embeddings; v0.4.0 and 0.5.13).
     // Three rows for its multi-GPU strategy; every one runs the accumulation micro-batches under
     // fabric.no_backward_sync (finetune/lora.py and full.py at 8641822, v0.4.0 to v0.5.13), i.e.
     // FSDP1 no_sync() (Lightning fabric/strategies/fsdp.py _FSDPBackwardSyncControl, 71aed751 and
@@ -82,7 +88,7 @@ constexpr FrameworkTraits kFrameworks[] = {
      "sanity validation before them and any interval validation / sample generation",
      "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy); "
      "FSDP: finetune/lora.py at 8641822..v0.5.7 (FSDPStrategy(auto_wrap_policy={Block}), no_backward_sync)",
-     false, true, true, true, false, true},
+     false, true, true, true, false, true, true, true, true},
     // 0.5.8 (281510ab "Do not wrap LoRA layers with FSDP", #1538) to 0.5.10: auto_wrap_policy=
     // {torch.nn.Linear}: the frozen Linears are units of their own; the adapters, norms and the
     // embedding share the root unit's flat parameter (its gradient is not modelled).
@@ -92,7 +98,7 @@ constexpr FrameworkTraits kFrameworks[] = {
      "sanity validation before them and any interval validation / sample generation",
      "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy); "
      "FSDP: finetune/lora.py v0.5.8..v0.5.10 (FSDPStrategy(auto_wrap_policy={torch.nn.Linear}), no_backward_sync)",
-     false, true, false, true, false, true},
+     false, true, false, true, false, true, true, true, true},
     // 0.5.11 (5ac69b06, #2086) on: lora.py ModelParallelStrategy + fully_shard per trainable Linear
     // and Block (FSDP2: per-parameter gradients, only the adapters get one).
     {Framework::Litgpt, "litgpt", "0.5.11", "0.5.13", 0.05, LT::QueryValue,
@@ -101,7 +107,7 @@ constexpr FrameworkTraits kFrameworks[] = {
      "sanity validation before them and any interval validation / sample generation",
      "litgpt 0.5.13 finetune/lora.py (ModelParallelStrategy, parallelize_fn), finetune/full.py, lora.py, model.py, utils.py "
      "(chunked_cross_entropy)",
-     false, true, false, true, false, true},
+     false, true, false, true, false, true, true, true, true},
     // Axolotl: model loaded in bf16 when bf16 is on (its examples set bf16: auto), Trainer
     // underneath; PEFT targets from lora_target_modules / lora_target_linear, dropout 0.0
     // when unset; QLoRA through prepare_model_for_kbit_training.
@@ -260,6 +266,10 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
       r.warnings.push_back(std::string(fw.name) + "'s own model has no dropout modules: the config's attention / "
                            "residual / embedding dropout does not apply");
     m.attention_dropout = m.hidden_dropout = m.embedding_dropout = 0;
+  }
+  if (fw.unties_embeddings && r.model.tied_embeddings) {
+    r.model.tied_embeddings = false;
+    r.warnings.push_back(std::string(fw.name) + " copies the tied embedding into a separate lm_head: counted as two matrices");
   }
   if (fw.fused_mlp_activation)
     for (const auto& [python_ops, fused] : kFusedActivation)

@@ -84,6 +84,18 @@ struct FrameworkTraits {
   /// input) where Transformers runs a GELU written in Python ops (gelu_new and alike keep four
   /// [T, i] tensors): LitGPT model.py GptNeoxMLP / LLaMAMLP / GemmaMLP.
   bool fused_mlp_activation = false;
+  /// QLoRA through Lightning's BitsandbytesPrecision (LitGPT --quantize bnb.*): every nn.Linear is
+  /// replaced, lm_head's too (no ignore_modules), where Transformers' BitsAndBytesConfig skips it.
+  bool bnb_quantizes_lm_head = false;
+  /// ... and Lightning's _Linear4bit.quantize casts the weight to fp16 before quantize_4bit, so
+  /// dequantize_4bit returns fp16 and MatMul4Bit's .to(A.dtype) makes a second dense copy in the
+  /// compute dtype (bitsandbytes 0.41/0.42 autograd/_functions.py; functional.py dequantize_4bit
+  /// allocates quant_state.dtype).
+  bool bnb_quantized_from_fp16 = false;
+  /// The framework's model has its own lm_head even where the checkpoint ties it to the embedding
+  /// (LitGPT: GPT.lm_head is an nn.Linear; convert_hf_checkpoint copies wte into it; finetune
+  /// rejects train.tie_embeddings).
+  bool unties_embeddings = false;
 };
 
 /// The row for a framework at a version ("" = the newest row). Throws Error for a version
