@@ -201,3 +201,16 @@ TEST_CASE("FSDP1 units mixing frozen weights and adapters get whole-unit gradien
   j["parallelism"]["frozen_in_trained_units"] = "yes";
   CHECK_THROWS_WITH(run(j), Catch::Contains("parallelism.frozen_in_trained_units"));
 }
+
+TEST_CASE("FSDP no_sync accumulation keeps full fine-tuning's gradients unsharded on every GPU", "[parallel][fsdp]") {
+  // LitGPT finetune/full.py: FSDPStrategy + fabric.no_backward_sync over the accumulation
+  // micro-batches (FSDP1 no_sync(): the post-backward hook skips the reduce-scatter).
+  json j = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "full"}, {"precision", "bf16"}, {"optimizer", "adamw"},
+            {"micro_batch_size", 1}, {"sequence_length", 512}, {"gradient_checkpointing", true},
+            {"gradient_accumulation_steps", 4}, {"num_gpus", 4}, {"parallelism", {{"method", "fsdp_full_shard"}}},
+            {"runtime", {{"framework", "litgpt"}}}};
+  const double all_grads = 6'738'415'616.0 * 2;  // Llama-2-7B's parameters in bf16
+  CHECK(static_cast<double>(part(run(j), "gradients")) >= all_grads * 0.999);
+  j["parallelism"]["unsharded_grad_accumulation"] = false;
+  CHECK(static_cast<double>(part(run(j), "gradients")) < all_grads / 2);
+}

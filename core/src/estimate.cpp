@@ -86,6 +86,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   const u64 tokens = mul(b, seq);
   const bool gc = r.gradient_checkpointing;
   const bool accumulate = r.gradient_accumulation_steps > 1;
+  // rank_states already holds whole (unsharded) gradients under no_sync accumulation
+  const bool grads_unsharded = accumulate && r.parallelism.unsharded_grad_accumulation;
   const u64 in_flight = role.in_flight;
 
   const u64 shared = role.embedding || role.head ? shared_forward_bytes(m, ar, b, seq) : 0;
@@ -162,7 +164,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
         if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
           late_t = add(late_t, lin.params());
       }
-      const u64 grads_base = fsdp2_units ? mul(rs.grads, l.shard) : rs.grads;
+      const u64 grads_base = fsdp2_units && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
       if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
       // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
       // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
@@ -332,7 +334,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
   // layers.0's backward; bf16 gc: 262,400 B).
   const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
-  const u64 head_grad = scale(fsdp2_root ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
+  const u64 head_grad = scale(fsdp2_root && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
   if (role.head) {
     Moment p{"backward", {}};
     base(p);
