@@ -295,3 +295,18 @@ TEST_CASE("QLoRA: prepare_model_for_kbit_training keeps the non-quantized weight
   const u64 linear_weights = 6'476'005'376ULL, linears = 7 * 32;
   CHECK(half - dq == linear_weights / 8192 * (512 - 130) - linears * (256 * 4 + 4));
 }
+
+TEST_CASE("LitGPT 4-bit generate: the prefill dequantizes lm_head to fp16 and bf16 before its logits", "[estimate][inference][qlora]") {
+  // LitGPT generate --quantize bnb.nf4 (Lightning BitsandbytesPrecision): lm_head is 4-bit too, and
+  // a prefill of more than one token runs MatMul4Bit, which dequantizes the [V, h] weight to fp16
+  // (Lightning quantized it from fp16) and casts it to bf16: 2 + 2 bytes per weight at once, more
+  // than the bf16 weight plus the logits of one sequence (Llama-2-7B: 32000 x 4096).
+  const json j = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "inference"}, {"precision", "bf16"},
+                  {"quantization", "nf4"}, {"inference", {{"batch_size", 1}, {"context_length", 56}}},
+                  {"runtime", {{"framework", "litgpt"}}}};
+  const Estimate e = estimate(request_from_json(j));
+  u64 logits_loss = 0;
+  for (const Component& c : e.breakdown)
+    if (c.name == "logits_loss") logits_loss = c.bytes;
+  CHECK(logits_loss == 4ull * 32000 * 4096);
+}

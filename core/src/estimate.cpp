@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "activations.hpp"
+#include "frameworks.hpp"
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
 #include "parallel.hpp"
@@ -614,7 +615,26 @@ InferenceParts inference_moments(const Request& r, const ModelStates& s, const L
   }
   const u64 prompt_tokens = ctx - std::min(ctx - 1, r.inference.new_tokens);
   const u64 logit_tokens = r.inference.full_prompt_logits ? mul(batch, prompt_tokens) : batch;
-  const u64 logits = div_ceil(mul(logit_tokens, m.vocab, add(d.compute, 4)), l.tp);  // logits + fp32 copy for sampling
+  u64 logits = div_ceil(mul(logit_tokens, m.vocab, add(d.compute, 4)), l.tp);  // logits + fp32 copy for sampling
+  // Lightning's 4-bit layers (LitGPT generate --quantize bnb.*, frameworks.hpp bnb_quantized_from_fp16 /
+  // bnb_quantizes_lm_head): a prefill of more than one token runs MatMul4Bit, which dequantizes the whole
+  // weight to fp16 (its quantization source) and casts it to the compute dtype; one-token decode at
+  // batch 1 takes gemv_4bit (no dense weight). The head's two dense copies precede its logits.
+  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
+  const bool bnb4 = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                    r.quantization == Quantization::Fp4;
+  const u64 dense_bytes = add(d.compute, r.precision != Precision::Fp16 ? 2 : 0);
+  if (bnb4 && fw.bnb_quantized_from_fp16 && mul(batch, prompt_tokens) > 1) {
+    u64 biggest = 0;
+    for (const LayerGroup& g : m.groups)
+      for (const Linear& lin : g.linears)
+        if (!lin.routed) biggest = std::max(biggest, lin.weight_params());
+    transient = add(transient, div_ceil(mul(dense_bytes, biggest), l.tp));
+    if (fw.bnb_quantizes_lm_head && !m.tied_embeddings) {
+      const u64 head = mul(m.vocab, m.hidden);
+      logits = std::max(div_ceil(mul(dense_bytes, head), l.tp), add(div_ceil(mul(d.compute, head), l.tp), logits));
+    }
+  }
   // The layers' transients are gone when the head makes the logits: the prefill peak is the larger
   // of the two, not their sum (measured, tuning cases llama/h128-L3-V32000/inference/bf16/sdpa/b2c128
   // and mixtral/h128-L2-V16384/inference/fp32/sdpa/b2c64: the peak inside a layer, no logits alive).

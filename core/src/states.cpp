@@ -303,7 +303,7 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
   // quantizes lm_head too.
   const bool bnb4 = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
                     r.quantization == Quantization::Fp4;
-  if (r.task == Task::Qlora && bnb4 && head_split > 0 &&
+  if ((r.task == Task::Qlora || inference) && bnb4 && head_split > 0 &&
       framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantizes_lm_head)
     s.head_w_split = add(div_ceil(mul(head_split, qbits), 8 * 1024), quant_state_constants(r.quantization));
   s.head_w_repl = mul(ob, add(pc.other, m.lm_head.bias_params()));
