@@ -109,6 +109,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
+  u64 ctx_graph = 0;  // what quantized Linears' autograd contexts hold (plain ctx attributes), all layers
   u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
   const u64 total_t = std::max<u64>(1, rs.trainable);
   for (size_t i = 0; i < m.groups.size(); ++i) {
@@ -201,6 +202,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     runs.push_back({count, kept, la.recomputed, la.backward_transient, la.mlp_backward_transient, la.attention_backward_gross, la.attention_released, grad, casts,
                     la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, la.mlp_backward_at_down});
     A = add(A, mul(count, kept));
+    ctx_graph = add(ctx_graph, mul(count, mul(in_flight, la.checkpoint_ctx_held)));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
     // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
@@ -305,11 +307,19 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   fwd.parts["autocast_weight_copies"] = forward_casts;
   fwd.parts["temporary_buffers"] = fwd_t_max;
   if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
+  // A loop that keeps the model output (LitGPT's fit(): `logits`, `loss`) keeps the whole autograd
+  // graph of the step: backward frees what save_for_backward saved, but tensors a custom Function
+  // keeps as plain ctx attributes (bitsandbytes MatMul4Bit's ctx.tensors before 0.43.2) live as long
+  // as its node, i.e. through the optimizer step and the next step's forward and loss, until the
+  // loop rebinds `loss` (bitsandbytes #1270, released in 0.43.2, stopped keeping A: "the bug that
+  // caused a lot of memory issues with QLoRA"). Not when later steps are shorter than the first.
+  const u64 prev_graph_ctx = r.runtime.drop_outputs_before_backward || r.runtime.later_steps_shorter ? 0 : ctx_graph;
+  fwd.parts["activations"] = add(fwd.parts["activations"], prev_graph_ctx);
   out.push_back(fwd);
   if (role.head) {
     Moment loss{"loss", {}};
     base(loss);
-    loss.parts["activations"] = add(A, shared_after);
+    loss.parts["activations"] = add(add(A, shared_after), prev_graph_ctx);
     loss.parts["autocast_weight_copies"] = forward_casts;
     loss.parts["logits_loss"] = add(add(head.saved, head.held_logits), head.loss_forward_peak);
     // FSDP2 without resharding after forward (SHARD_GRAD_OP): every unit is unsharded at the loss,
@@ -464,6 +474,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   step.parts["communication_buffers"] = rs.buckets;
   step.parts["temporary_buffers"] = rs.step_temporary;
   if (head.held_until_next_forward) step.parts["logits_loss"] = head.held_until_next_forward;
+  if (prev_graph_ctx) step.parts["activations"] = prev_graph_ctx;
   out.push_back(step);
   return out;
 }

@@ -203,7 +203,7 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
   check_keys(rt, "\"runtime\"",
              {"cuda_context_mib", "drop_outputs_before_backward", "use_cache_in_training", "zero_grad_to_none", "framework",
               "framework_version", "bitsandbytes_version", "prepare_kbit", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile",
-              "alloc_conf"});
+              "alloc_conf", "later_steps_shorter"});
   if (rt.contains("compile")) out.compile = boolean(rt["compile"], "runtime.compile");
   if (rt.contains("zero_grad_to_none")) out.zero_grad_to_none = boolean(rt["zero_grad_to_none"], "runtime.zero_grad_to_none");
   if (rt.contains("framework")) {
@@ -243,6 +243,8 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
     out.alloc_conf = rt["alloc_conf"].get<std::string>();
     (void)alloc::config_from_alloc_conf(out.alloc_conf);  // a bad option is reported with the request
   }
+  if (rt.contains("later_steps_shorter"))
+    out.later_steps_shorter = boolean(rt["later_steps_shorter"], "runtime.later_steps_shorter");
   if (rt.contains("use_cache_in_training"))
     out.use_cache_in_training = boolean(rt["use_cache_in_training"], "runtime.use_cache_in_training");
 }
@@ -549,7 +551,8 @@ json request_to_json(const Request& r) {
                   {"activation_offloading", r.runtime.activation_offloading},
                   {"compile", r.runtime.compile},
                   {"alloc_conf", r.runtime.alloc_conf},
-                  {"drop_outputs_before_backward", r.runtime.drop_outputs_before_backward}};
+                  {"drop_outputs_before_backward", r.runtime.drop_outputs_before_backward},
+                  {"later_steps_shorter", r.runtime.later_steps_shorter}};
   return j;
 }
 

@@ -123,6 +123,10 @@ struct Runtime {
   /// True: the Hugging Face Trainer drops the model outputs (logits) before backward.
   /// False: a user loop that keeps `outputs` alive through backward.
   bool drop_outputs_before_backward = true;
+  /// Only the first step reaches sequence_length; later micro-batches are shorter (lit-gpt's 2023
+  /// finetune scripts force the longest sample into the first micro-batch only). A loop that keeps
+  /// its outputs then never holds the previous step's graph next to a step as long as the first.
+  bool later_steps_shorter = false;
   bool use_cache_in_training = false;  ///< model forward with use_cache=True while training
   /// zero_grad(set_to_none=True) (PyTorch >= 2.0 default): gradients do not exist during the
   /// forward. False: zeroed gradients stay allocated across steps (PyTorch 1.x default).
