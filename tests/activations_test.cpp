@@ -182,3 +182,25 @@ TEST_CASE("full fine-tuning: down_proj's gradient is alive at the MLP's backward
   const Estimate e = estimate(request_from_json(j));
   CHECK(std::abs(double(e.allocated_peak_bytes) - 10932860.0) / 10932860.0 < 0.005);
 }
+
+TEST_CASE("LitGPT QLoRA: lm_head is 4-bit and each head chunk dequantizes it through an fp16 copy", "[activations][qlora]") {
+  // Lightning's BitsandbytesPrecision (LitGPT --quantize bnb.nf4) replaces every nn.Linear, lm_head's
+  // too, quantizing from an fp16 copy: dequantize_4bit returns fp16 and MatMul4Bit casts it to the
+  // compute dtype. Llama-2-7B's head: 32000 x 4096 = 131,072,000 weights; NF4 codes + an fp32 absmax
+  // per 64 = 4.5 bits each, plus the 16-entry fp32 code table; dense, fp16 + bf16 = 4 bytes each.
+  json j = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "qlora"}, {"quantization", "nf4"},
+            {"precision", "bf16"}, {"lora", {{"adapter_dtype", "bf16"}}}, {"micro_batch_size", 1}, {"sequence_length", 512},
+            {"runtime", {{"framework", "litgpt"}, {"bitsandbytes_version", "0.42.0"}}}};
+  const Request lit = request_from_json(j);
+  CHECK(model_states(lit, MixedMode::None).head_w_split == 131'072'000ull * 9 / 16 + 64);
+  json hf = j;  // Transformers' BitsAndBytesConfig skips lm_head
+  hf["runtime"] = {{"framework", "transformers"}, {"prepare_kbit", false}, {"bitsandbytes_version", "0.42.0"}};
+  CHECK(model_states(request_from_json(hf), MixedMode::None).head_w_split == 131'072'000ull * 2);
+  json lora = j;
+  lora["task"] = "lora";
+  lora["quantization"] = "none";
+  const Request plain = request_from_json(lora);
+  const HeadActivations q = head_activations(lit.model, lit, false, 512), p = head_activations(plain.model, plain, false, 512);
+  CHECK(q.loss_backward_peak - p.loss_backward_peak == 4ull * 131'072'000);
+  CHECK(q.loss_forward_peak - p.loss_forward_peak == 4ull * 131'072'000);
+}

@@ -58,7 +58,10 @@ TEST_CASE("models, gpus and defaults list what the page needs", "[api]") {
     const bool runs = name == "transformers" || name == "torchtune" || name == "litgpt";
     CHECK(figures.rfind(runs ? "measured on CPU" : "defaults read from its source", 0) == 0);
   }
-  CHECK(d["frameworks"].size() == 9);  // 8 frameworks, TRL with two version rows
+  CHECK(d["frameworks"].size() == 11);  // 8 frameworks, TRL with two version rows, LitGPT with three (its FSDP wrapping)
+  // FSDP gradient behaviour is the framework's: Transformers (the default) keeps neither
+  CHECK(d["request"]["parallelism"]["frozen_in_trained_units"] == false);
+  CHECK(d["request"]["parallelism"]["unsharded_grad_accumulation"] == false);
   // the defaults are themselves a valid request
   json req = d["request"];
   CHECK_FALSE(json::parse(estimate_json(req.dump())).contains("error"));

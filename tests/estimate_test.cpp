@@ -295,3 +295,43 @@ TEST_CASE("QLoRA: prepare_model_for_kbit_training keeps the non-quantized weight
   const u64 linear_weights = 6'476'005'376ULL, linears = 7 * 32;
   CHECK(half - dq == linear_weights / 8192 * (512 - 130) - linears * (256 * 4 + 4));
 }
+
+TEST_CASE("LitGPT 4-bit generate: the prefill dequantizes lm_head to fp16 and bf16 before its logits", "[estimate][inference][qlora]") {
+  // LitGPT generate --quantize bnb.nf4 (Lightning BitsandbytesPrecision): lm_head is 4-bit too, and
+  // a prefill of more than one token runs MatMul4Bit, which dequantizes the [V, h] weight to fp16
+  // (Lightning quantized it from fp16) and casts it to bf16: 2 + 2 bytes per weight at once, more
+  // than the bf16 weight plus the logits of one sequence (Llama-2-7B: 32000 x 4096).
+  const json j = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "inference"}, {"precision", "bf16"},
+                  {"quantization", "nf4"}, {"inference", {{"batch_size", 1}, {"context_length", 56}}},
+                  {"runtime", {{"framework", "litgpt"}}}};
+  const Estimate e = estimate(request_from_json(j));
+  u64 logits_loss = 0;
+  for (const Component& c : e.breakdown)
+    if (c.name == "logits_loss") logits_loss = c.bytes;
+  CHECK(logits_loss == 4ull * 32000 * 4096);
+}
+
+TEST_CASE("a loop that keeps its outputs keeps bitsandbytes' ctx-held inputs into the next step", "[estimate][qlora]") {
+  // LitGPT's fit() keeps `logits` and `loss`, hence the step's autograd graph, until the next step
+  // rebinds them. Backward released what save_for_backward saved, but MatMul4Bit before 0.43.2 keeps
+  // its input A as a plain ctx attribute: alive with its node through the next forward and loss.
+  // Llama-2-7B, q/v LoRA: the 4-bit Linears read x_normed (h), the attention output (h), the MLP's
+  // normed input (h) and its product (i): (3 x 4096 + 11008) x 2 bytes per token and layer.
+  json j = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "qlora"}, {"quantization", "nf4"},
+            {"precision", "bf16"}, {"micro_batch_size", 1}, {"sequence_length", 512},
+            {"runtime", {{"framework", "litgpt"}, {"bitsandbytes_version", "0.42.0"}}}};
+  const double ctx_graph = (3.0 * 4096 + 11008) * 2 * 32 * 512;
+  const double kept = static_cast<double>(run(j).allocated_peak_bytes);
+  j["runtime"]["later_steps_shorter"] = true;
+  const double first_longest = static_cast<double>(run(j).allocated_peak_bytes);
+  CHECK(kept - first_longest > 0.5 * ctx_graph);
+  CHECK(kept - first_longest <= ctx_graph);
+  // bitsandbytes 0.43.2 keeps (None, B): nothing outlives the backward
+  j["runtime"]["bitsandbytes_version"] = "0.43.2";
+  j["runtime"]["later_steps_shorter"] = false;
+  const u64 fixed = run(j).allocated_peak_bytes;
+  j["runtime"]["later_steps_shorter"] = true;
+  CHECK(run(j).allocated_peak_bytes == fixed);
+  j["runtime"]["later_steps_shorter"] = 1;
+  CHECK_THROWS_WITH(run(j), Catch::Contains("runtime.later_steps_shorter"));
+}

@@ -169,3 +169,48 @@ TEST_CASE("torchtune FSDP with custom_sharded_layers gathers embedding and outpu
   root["parallelism"]["separate_embedding_units"] = false;
   CHECK(part(run(root), "communication_buffers") > both_root_modules);
 }
+
+TEST_CASE("FSDP1 units mixing frozen weights and adapters get whole-unit gradients, unsharded under no_sync", "[parallel][fsdp]") {
+  // LitGPT <= 0.5.7 finetune/lora.py: FSDPStrategy(auto_wrap_policy={Block}) with Fabric's default
+  // use_orig_params=True, so each Block's flat parameter holds its frozen weights and its LoRA
+  // weights and requires grad; the accumulation micro-batches run under no_backward_sync (FSDP1
+  // no_sync()), so every GPU keeps the unsharded gradients. Hand-worked for Llama-2-7B: a layer
+  // holds 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202,383,360 weights and 2 x 8 x (4096 + 4096)
+  // LoRA weights (q and v, rank 8); 32 layers in bf16.
+  json j = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "lora"}, {"precision", "bf16"},
+            {"lora", {{"rank", 8}, {"targets", {"q_proj", "v_proj"}}}}, {"micro_batch_size", 1}, {"sequence_length", 512},
+            {"gradient_accumulation_steps", 4}, {"num_gpus", 2}, {"parallelism", {{"method", "fsdp_full_shard"}}},
+            {"runtime", {{"framework", "litgpt"}, {"framework_version", "0.4.5"}}}};
+  const double whole_layers = 32.0 * (202'383'360.0 + 131'072.0) * 2;
+  const Request r = request_from_json(j);
+  CHECK(r.parallelism.frozen_in_trained_units);
+  CHECK(r.parallelism.unsharded_grad_accumulation);
+  CHECK(static_cast<double>(part(run(j), "gradients")) == Approx(whole_layers).epsilon(0.001));
+  // one micro-batch per step: the post-backward reduce-scatter leaves each GPU its shard
+  j["gradient_accumulation_steps"] = 1;
+  CHECK(static_cast<double>(part(run(j), "gradients")) <= whole_layers / 2 * 1.001);
+  // LitGPT 0.5.11 on shards with FSDP2 (per-parameter): only the adapters have gradients
+  j["gradient_accumulation_steps"] = 4;
+  j["runtime"]["framework_version"] = "0.5.11";
+  CHECK_FALSE(request_from_json(j).parallelism.frozen_in_trained_units);
+  CHECK(part(run(j), "gradients") < 32ull * 131'072 * 2 * 2);
+  // the request can say what its own wrapping does
+  j["runtime"]["framework_version"] = "0.4.5";
+  j["parallelism"]["frozen_in_trained_units"] = false;
+  CHECK(part(run(j), "gradients") < 32ull * 131'072 * 2 * 2);
+  j["parallelism"]["frozen_in_trained_units"] = "yes";
+  CHECK_THROWS_WITH(run(j), Catch::Contains("parallelism.frozen_in_trained_units"));
+}
+
+TEST_CASE("FSDP no_sync accumulation keeps full fine-tuning's gradients unsharded on every GPU", "[parallel][fsdp]") {
+  // LitGPT finetune/full.py: FSDPStrategy + fabric.no_backward_sync over the accumulation
+  // micro-batches (FSDP1 no_sync(): the post-backward hook skips the reduce-scatter).
+  json j = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "full"}, {"precision", "bf16"}, {"optimizer", "adamw"},
+            {"micro_batch_size", 1}, {"sequence_length", 512}, {"gradient_checkpointing", true},
+            {"gradient_accumulation_steps", 4}, {"num_gpus", 4}, {"parallelism", {{"method", "fsdp_full_shard"}}},
+            {"runtime", {{"framework", "litgpt"}}}};
+  const double all_grads = 6'738'415'616.0 * 2;  // Llama-2-7B's parameters in bf16
+  CHECK(static_cast<double>(part(run(j), "gradients")) >= all_grads * 0.999);
+  j["parallelism"]["unsharded_grad_accumulation"] = false;
+  CHECK(static_cast<double>(part(run(j), "gradients")) < all_grads / 2);
+}

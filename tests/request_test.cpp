@@ -280,3 +280,22 @@ TEST_CASE("TRL casts a quantized model's adapters to bf16; PEFT alone keeps them
   l["runtime"] = {{"framework", "trl"}};
   CHECK(request_from_json(l).lora.adapter_bytes == 0);  // an unquantized base keeps PEFT's fp32 adapters
 }
+
+TEST_CASE("LitGPT runs its own modules: no config dropout, torch's fused GELU", "[request][framework]") {
+  // phi-2's HF config: resid_pdrop 0.1 and hidden_act gelu_new (NewGELUActivation, Python ops).
+  // LitGPT's GPT has no dropout module and its GptNeoxMLP calls F.gelu(approximate="tanh")
+  // (litgpt/model.py at v0.4.0 and 0.5.13).
+  json j = {{"model", {{"id", "microsoft/phi-2"}}}, {"task", "lora"}, {"precision", "bf16"}};
+  const Request hf = request_from_json(j);
+  CHECK(hf.model.hidden_dropout == Approx(0.1));
+  CHECK(hf.model.activation == "gelu_new");
+  j["runtime"] = {{"framework", "litgpt"}};
+  const Request lit = request_from_json(j);
+  CHECK(lit.model.hidden_dropout == 0);
+  CHECK(lit.model.attention_dropout == 0);
+  CHECK(lit.model.embedding_dropout == 0);
+  CHECK(lit.model.activation == "gelu_pytorch_tanh");
+  bool said = false;
+  for (const std::string& w : lit.warnings) said = said || w.find("no dropout modules") != std::string::npos;
+  CHECK(said);
+}

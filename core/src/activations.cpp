@@ -943,7 +943,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     for (const Linear& l : g.linears)
       if (!l.routed) biggest = std::max(biggest, l.weight_params());
     const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
-    const u64 deq = mul(load, biggest);
+    // Lightning's 4-bit layers were quantized from fp16: dequantize_4bit's fp16 copy and its cast
+    // to the compute dtype are alive together (frameworks.hpp bnb_quantized_from_fp16)
+    const bool fp16_source = bnb4 && r.precision != Precision::Fp16 &&
+                             framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantized_from_fp16;
+    const u64 deq = mul(add(load, fp16_source ? 2 : 0), biggest);
     if (r.device == Device::Cuda) {
       out.forward_transient = add(out.forward_transient, deq);
       out.recompute_transient = add(out.recompute_transient, deq);
@@ -1067,6 +1071,18 @@ HeadActivations chunked_rows_head(const ModelSpec& m, const Request& r, u64 norm
   out.loss_forward_peak = std::max(mul(copy_rows, lg, v), sub_floor(forward_end, mul(rows, lg, v)));
   const u64 chunk_rows = chunked_head ? mul(b, std::min(s, chunk)) : std::min(rows, chunk);
   out.loss_backward_peak = mul(std::max(mul(2, chunk_rows), chunked_head ? 0 : tokens), lg, v);
+  // A 4-bit lm_head (BitsandbytesPrecision quantizes it) is dequantized for every chunk's matmul,
+  // forward and backward (MatMul4Bit): the dense [V, h] weight in the compute dtype, next to the
+  // fp16 copy it was cast from when Lightning quantized it from fp16
+  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
+  const bool bnb4 = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                    r.quantization == Quantization::Fp4;
+  if (r.task == Task::Qlora && bnb4 && fw.bnb_quantizes_lm_head && !m.tied_embeddings) {
+    const u64 fp16_copy = fw.bnb_quantized_from_fp16 && r.precision != Precision::Fp16 ? 2 : 0;
+    const u64 head_deq = mul(add(d.compute, fp16_copy), v, h);
+    out.loss_forward_peak = add(out.loss_forward_peak, head_deq);
+    out.loss_backward_peak = add(out.loss_backward_peak, head_deq);
+  }
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "activations.hpp"
+#include "frameworks.hpp"
 #include "memfit/error.hpp"
 #include "memfit/gpus.hpp"
 #include "parallel.hpp"
@@ -86,6 +87,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   const u64 tokens = mul(b, seq);
   const bool gc = r.gradient_checkpointing;
   const bool accumulate = r.gradient_accumulation_steps > 1;
+  // rank_states already holds whole (unsharded) gradients under no_sync accumulation
+  const bool grads_unsharded = accumulate && r.parallelism.unsharded_grad_accumulation;
   const u64 in_flight = role.in_flight;
 
   const u64 shared = role.embedding || role.head ? shared_forward_bytes(m, ar, b, seq) : 0;
@@ -106,6 +109,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
+  u64 ctx_graph = 0;  // what quantized Linears' autograd contexts hold (plain ctx attributes), all layers
   u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
   const u64 total_t = std::max<u64>(1, rs.trainable);
   for (size_t i = 0; i < m.groups.size(); ++i) {
@@ -162,7 +166,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
         if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
           late_t = add(late_t, lin.params());
       }
-      const u64 grads_base = fsdp2_units ? mul(rs.grads, l.shard) : rs.grads;
+      const u64 grads_base = fsdp2_units && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
       if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
       // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
       // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
@@ -214,6 +218,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     runs.push_back({count, kept, la.recomputed, la.backward_transient, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
                     la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down});
     A = add(A, mul(count, kept));
+    ctx_graph = add(ctx_graph, mul(count, mul(in_flight, la.checkpoint_ctx_held)));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
     // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
@@ -318,11 +323,19 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   fwd.parts["autocast_weight_copies"] = forward_casts;
   fwd.parts["temporary_buffers"] = fwd_t_max;
   if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
+  // A loop that keeps the model output (LitGPT's fit(): `logits`, `loss`) keeps the whole autograd
+  // graph of the step: backward frees what save_for_backward saved, but tensors a custom Function
+  // keeps as plain ctx attributes (bitsandbytes MatMul4Bit's ctx.tensors before 0.43.2) live as long
+  // as its node, i.e. through the optimizer step and the next step's forward and loss, until the
+  // loop rebinds `loss` (bitsandbytes #1270, released in 0.43.2, stopped keeping A: "the bug that
+  // caused a lot of memory issues with QLoRA"). Not when later steps are shorter than the first.
+  const u64 prev_graph_ctx = r.runtime.drop_outputs_before_backward || r.runtime.later_steps_shorter ? 0 : ctx_graph;
+  fwd.parts["activations"] = add(fwd.parts["activations"], prev_graph_ctx);
   out.push_back(fwd);
   if (role.head) {
     Moment loss{"loss", {}};
     base(loss);
-    loss.parts["activations"] = add(A, shared_after);
+    loss.parts["activations"] = add(add(A, shared_after), prev_graph_ctx);
     loss.parts["autocast_weight_copies"] = forward_casts;
     loss.parts["logits_loss"] = add(add(head.saved, head.held_logits), head.loss_forward_peak);
     // FSDP2 without resharding after forward (SHARD_GRAD_OP): every unit is unsharded at the loss,
@@ -348,7 +361,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
   // layers.0's backward; bf16 gc: 262,400 B).
   const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
-  const u64 head_grad = scale(fsdp2_root ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
+  const u64 head_grad = scale(fsdp2_root && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
   if (role.head) {
     Moment p{"backward", {}};
     base(p);
@@ -477,6 +490,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   step.parts["communication_buffers"] = rs.buckets;
   step.parts["temporary_buffers"] = rs.step_temporary;
   if (head.held_until_next_forward) step.parts["logits_loss"] = head.held_until_next_forward;
+  if (prev_graph_ctx) step.parts["activations"] = prev_graph_ctx;
   out.push_back(step);
   return out;
 }
@@ -628,7 +642,26 @@ InferenceParts inference_moments(const Request& r, const ModelStates& s, const L
   }
   const u64 prompt_tokens = ctx - std::min(ctx - 1, r.inference.new_tokens);
   const u64 logit_tokens = r.inference.full_prompt_logits ? mul(batch, prompt_tokens) : batch;
-  const u64 logits = div_ceil(mul(logit_tokens, m.vocab, add(d.compute, 4)), l.tp);  // logits + fp32 copy for sampling
+  u64 logits = div_ceil(mul(logit_tokens, m.vocab, add(d.compute, 4)), l.tp);  // logits + fp32 copy for sampling
+  // Lightning's 4-bit layers (LitGPT generate --quantize bnb.*, frameworks.hpp bnb_quantized_from_fp16 /
+  // bnb_quantizes_lm_head): a prefill of more than one token runs MatMul4Bit, which dequantizes the whole
+  // weight to fp16 (its quantization source) and casts it to the compute dtype; one-token decode at
+  // batch 1 takes gemv_4bit (no dense weight). The head's two dense copies precede its logits.
+  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
+  const bool bnb4 = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                    r.quantization == Quantization::Fp4;
+  const u64 dense_bytes = add(d.compute, r.precision != Precision::Fp16 ? 2 : 0);
+  if (bnb4 && fw.bnb_quantized_from_fp16 && mul(batch, prompt_tokens) > 1) {
+    u64 biggest = 0;
+    for (const LayerGroup& g : m.groups)
+      for (const Linear& lin : g.linears)
+        if (!lin.routed) biggest = std::max(biggest, lin.weight_params());
+    transient = add(transient, div_ceil(mul(dense_bytes, biggest), l.tp));
+    if (fw.bnb_quantizes_lm_head && !m.tied_embeddings) {
+      const u64 head = mul(m.vocab, m.hidden);
+      logits = std::max(div_ceil(mul(dense_bytes, head), l.tp), add(div_ceil(mul(d.compute, head), l.tp), logits));
+    }
+  }
   // The layers' transients are gone when the head makes the logits: the prefill peak is the larger
   // of the two, not their sum (measured, tuning cases llama/h128-L3-V32000/inference/bf16/sdpa/b2c128
   // and mixtral/h128-L2-V16384/inference/fp32/sdpa/b2c64: the peak inside a layer, no logits alive).

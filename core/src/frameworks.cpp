@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <iterator>
+#include <utility>
 
 #include "memfit/error.hpp"
 
@@ -61,12 +62,52 @@ constexpr FrameworkTraits kFrameworks[] = {
     // one device. Its printed "Memory used" (create_finetuning_performance_report, CUDA only) is
     // max_memory_allocated after fit(): the training steps, the 2-batch sanity validation before
     // them and any interval validation / sample generation, not the final validation (run after
-    // the report). Measured on CPU: validate/frameworks.py run_litgpt.
-    {Framework::Litgpt, "litgpt", "0.4", "0.5.13", 0.05, LT::QueryValue,
+    // the report). Measured on CPU: validate/frameworks.py run_litgpt. (lit-gpt 8641822, Oct 2023,
+    // setup.py 0.1.0, ran the same single-device step: lm_head_chunk_size=128, chunked loss.)
+    // Its GPT has no dropout module (lit_gpt/model.py at 8641822, litgpt/model.py v0.4.0 and
+    // 0.5.13: only scaled_dot_product_attention(dropout_p=0.0)): a config's resid_pdrop /
+    // attention_dropout / embd_pdrop (phi-2's HF config: resid_pdrop 0.1) do not apply. Its MLPs
+    // call torch.nn.functional.gelu(approximate=config.gelu_approximate) or silu (model.py
+    // GptNeoxMLP, LLaMAMLP, GemmaMLP at v0.4.0 and 0.5.13), never a GELU in Python ops. Its QLoRA
+    // is Lightning's BitsandbytesPrecision(quantize[4:], dtype) without ignore_modules (finetune/
+    // lora.py at 8641822 and v0.4.0): lm_head is quantized too, from an fp16 copy (Lightning
+    // fabric/plugins/precision/bitsandbytes.py _Linear4bit.quantize at 71aed751, 527d071f and 2.6).
+    // Its GPT always has its own lm_head (model.py: nn.Linear; scripts/convert_hf_checkpoint.py
+    // copies transformer.wte.weight into lm_head.weight for tied checkpoints such as Gemma's;
+    // finetune/lora.py validate_args rejects train.tie_embeddings; v0.4.0 and 0.5.13).
+    // Three rows for its multi-GPU strategy; every one runs the accumulation micro-batches under
+    // fabric.no_backward_sync (finetune/lora.py and full.py at 8641822, v0.4.0 to v0.5.13), i.e.
+    // FSDP1 no_sync() (Lightning fabric/strategies/fsdp.py _FSDPBackwardSyncControl, 71aed751 and
+    // 2.6) or FSDP2 set_requires_gradient_sync(False): unsharded gradients accumulate.
+    // 0.1 (8641822) to 0.5.7: lora.py FSDPStrategy(auto_wrap_policy={Block}), whose default
+    // use_orig_params=True (fsdp.py at 71aed751) puts each Block's frozen weights and adapters in
+    // one flat parameter.
+    {Framework::Litgpt, "litgpt", "0.1", "0.5.13", 0.05, LT::QueryValue,
      LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedRows, 0, 128, false, true, true,
      "torch.cuda.max_memory_allocated() after fit(), printed before the final validation: the training steps, the "
      "sanity validation before them and any interval validation / sample generation",
-     "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy)", false, true},
+     "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy); "
+     "FSDP: finetune/lora.py at 8641822..v0.5.7 (FSDPStrategy(auto_wrap_policy={Block}), no_backward_sync)",
+     false, true, true, true, false, true, true, true, true},
+    // 0.5.8 (281510ab "Do not wrap LoRA layers with FSDP", #1538) to 0.5.10: auto_wrap_policy=
+    // {torch.nn.Linear}: the frozen Linears are units of their own; the adapters, norms and the
+    // embedding share the root unit's flat parameter (its gradient is not modelled).
+    {Framework::Litgpt, "litgpt", "0.5.8", "0.5.13", 0.05, LT::QueryValue,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedRows, 0, 128, false, true, true,
+     "torch.cuda.max_memory_allocated() after fit(), printed before the final validation: the training steps, the "
+     "sanity validation before them and any interval validation / sample generation",
+     "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy); "
+     "FSDP: finetune/lora.py v0.5.8..v0.5.10 (FSDPStrategy(auto_wrap_policy={torch.nn.Linear}), no_backward_sync)",
+     false, true, false, true, false, true, true, true, true},
+    // 0.5.11 (5ac69b06, #2086) on: lora.py ModelParallelStrategy + fully_shard per trainable Linear
+    // and Block (FSDP2: per-parameter gradients, only the adapters get one).
+    {Framework::Litgpt, "litgpt", "0.5.11", "0.5.13", 0.05, LT::QueryValue,
+     LD::Fp32Bf16Autocast, LD::Fp32Bf16Autocast, true, false, false, LossKind::ChunkedRows, 0, 128, false, true, true,
+     "torch.cuda.max_memory_allocated() after fit(), printed before the final validation: the training steps, the "
+     "sanity validation before them and any interval validation / sample generation",
+     "litgpt 0.5.13 finetune/lora.py (ModelParallelStrategy, parallelize_fn), finetune/full.py, lora.py, model.py, utils.py "
+     "(chunked_cross_entropy)",
+     false, true, false, true, false, true, true, true, true},
     // Axolotl: model loaded in bf16 when bf16 is on (its examples set bf16: auto), Trainer
     // underneath; PEFT targets from lora_target_modules / lora_target_linear, dropout 0.0
     // when unset; QLoRA through prepare_model_for_kbit_training.
@@ -181,6 +222,11 @@ void resolve_lora_targets(Request& r, const FrameworkTraits& fw) {
                        "\" (LoraConfig then raises): estimated for \"all-linear\"; set lora.targets to what you pass");
 }
 
+/// Transformers' GELUs written in Python ops -> the fused torch kernel with the same curve
+/// (F.gelu(approximate="tanh") for the tanh forms, F.gelu for the erf form).
+constexpr std::pair<const char*, const char*> kFusedActivation[] = {
+    {"gelu_new", "gelu_pytorch_tanh"}, {"gelu_fast", "gelu_pytorch_tanh"}, {"gelu_python", "gelu"}};
+
 /// The precision the framework loads and trains in when the request names none.
 void resolve_precision(Request& r, const FrameworkTraits& fw) {
   if (r.task == Task::Inference) return;
@@ -214,6 +260,22 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
   if (fw.adapters_in_model_dtype && (r.lora.adapter_bytes == 0 || (r.lora.adapter_bytes == 2 && r.precision == Precision::Fp32)))
     r.lora.adapter_bytes = weights_fp32 ? 4 : 2;
   if (fw.keeps_outputs && !given.drop_outputs) r.runtime.drop_outputs_before_backward = false;
+  if (!fw.runs_config_dropout) {
+    ModelSpec& m = r.model;
+    if (m.attention_dropout > 0 || m.hidden_dropout > 0 || m.embedding_dropout > 0)
+      r.warnings.push_back(std::string(fw.name) + "'s own model has no dropout modules: the config's attention / "
+                           "residual / embedding dropout does not apply");
+    m.attention_dropout = m.hidden_dropout = m.embedding_dropout = 0;
+  }
+  if (fw.unties_embeddings && r.model.tied_embeddings) {
+    r.model.tied_embeddings = false;
+    r.warnings.push_back(std::string(fw.name) + " copies the tied embedding into a separate lm_head: counted as two matrices");
+  }
+  if (fw.fused_mlp_activation)
+    for (const auto& [python_ops, fused] : kFusedActivation)
+      if (r.model.activation == python_ops) r.model.activation = fused;
+  if (!given.frozen_in_trained_units) r.parallelism.frozen_in_trained_units = fw.fsdp_frozen_in_trained_units;
+  if (!given.unsharded_grad_accumulation) r.parallelism.unsharded_grad_accumulation = fw.fsdp_no_sync_accumulation;
   if (lora && !given.lora_targets) resolve_lora_targets(r, fw);
   resolve_attention(r, given, fw);
   if (!given.prepare_kbit) r.runtime.prepare_kbit = r.task == Task::Qlora && fw.prepare_kbit && bitsandbytes(r.quantization);

@@ -66,6 +66,36 @@ struct FrameworkTraits {
   /// The training loop keeps the model output (the logits) referenced through backward and the
   /// optimizer step until the next forward returns (LitGPT's fit(): `logits = model(...)`).
   bool keeps_outputs = false;
+  /// FSDP (FSDP1, use_orig_params=True) wraps each decoder layer as one unit, so one flat parameter
+  /// holds the layer's frozen base weights and its adapters; it requires grad because an adapter
+  /// does, and backward fills a gradient for all of it (torch fsdp/_wrap_utils.py
+  /// _validate_frozen_params: "total numel instead of nonfrozen numel before sharding"). Default of
+  /// parallelism.frozen_in_trained_units.
+  bool fsdp_frozen_in_trained_units = false;
+  /// Gradient-accumulation micro-batches run without gradient sync (Fabric no_backward_sync ->
+  /// FSDP1 no_sync() / FSDP2 set_requires_gradient_sync(False)): each GPU accumulates unsharded
+  /// gradients until the synchronising micro-batch. Default of parallelism.unsharded_grad_accumulation.
+  bool fsdp_no_sync_accumulation = false;
+  /// The framework's model runs the dropouts of the checkpoint's config (attention, residual,
+  /// embedding). False: its own modules have none (LitGPT's GPT: litgpt/model.py has no
+  /// nn.Dropout, only scaled_dot_product_attention(dropout_p=0.0)).
+  bool runs_config_dropout = true;
+  /// The framework's MLP calls torch's fused activation (F.gelu / F.silu, which keep only their
+  /// input) where Transformers runs a GELU written in Python ops (gelu_new and alike keep four
+  /// [T, i] tensors): LitGPT model.py GptNeoxMLP / LLaMAMLP / GemmaMLP.
+  bool fused_mlp_activation = false;
+  /// QLoRA through Lightning's BitsandbytesPrecision (LitGPT --quantize bnb.*): every nn.Linear is
+  /// replaced, lm_head's too (no ignore_modules), where Transformers' BitsAndBytesConfig skips it.
+  bool bnb_quantizes_lm_head = false;
+  /// ... and Lightning's _Linear4bit.quantize casts the weight to fp16 before quantize_4bit, so
+  /// dequantize_4bit returns fp16 and MatMul4Bit's .to(A.dtype) makes a second dense copy in the
+  /// compute dtype (bitsandbytes 0.41/0.42 autograd/_functions.py; functional.py dequantize_4bit
+  /// allocates quant_state.dtype).
+  bool bnb_quantized_from_fp16 = false;
+  /// The framework's model has its own lm_head even where the checkpoint ties it to the embedding
+  /// (LitGPT: GPT.lm_head is an nn.Linear; convert_hf_checkpoint copies wte into it; finetune
+  /// rejects train.tie_embeddings).
+  bool unties_embeddings = false;
 };
 
 /// The row for a framework at a version ("" = the newest row). Throws Error for a version
@@ -82,6 +112,8 @@ struct GivenFields {
   bool gradient_checkpointing = false;
   bool loss_chunks = false;
   bool drop_outputs = false;  ///< runtime.drop_outputs_before_backward
+  bool frozen_in_trained_units = false;      ///< parallelism.frozen_in_trained_units
+  bool unsharded_grad_accumulation = false;  ///< parallelism.unsharded_grad_accumulation
 };
 
 /// Fills every field the user left out with what the request's framework does for that model

@@ -29,6 +29,7 @@
 #include "parallel.hpp"
 
 #include <algorithm>
+#include <functional>
 
 #include "memfit/error.hpp"
 
@@ -140,8 +141,40 @@ Layout make_layout(const Request& r) {
                        " x pp " + std::to_string(l.pp) + (l.cp > 1 ? " x cp " + std::to_string(l.cp) : "");
     l.notes.push_back(desc + "; figures are per GPU for the busiest rank");
   }
+  if (is_fsdp(l.method) && r.task == Task::Lora && r.parallelism.frozen_in_trained_units)
+    l.notes.push_back("FSDP units hold frozen weights and adapters in one flat parameter (use_orig_params=True): every "
+                      "unit with an adapter gets a gradient for all its weights; wrap the adapters in units of their own "
+                      "to avoid it (parallelism.frozen_in_trained_units)");
+  if (is_fsdp(l.method) && r.parallelism.unsharded_grad_accumulation && r.gradient_accumulation_steps > 1)
+    l.notes.push_back("gradient accumulation under no_sync(): each GPU keeps the unsharded gradients between "
+                      "synchronising micro-batches (parallelism.unsharded_grad_accumulation)");
   return l;
 }
+
+namespace {
+
+/// FSDP1 units whose flat parameter holds frozen base weights next to adapters
+/// (parallelism.frozen_in_trained_units): the flat parameter requires grad, so backward makes a
+/// gradient for every weight of the unit in the unsharded parameter's dtype (torch
+/// fsdp/_wrap_utils.py _validate_frozen_params warns of exactly this: "total numel instead of
+/// nonfrozen numel before sharding via reduce-scatter"). Returns those gradients' bytes beyond
+/// the adapters' own, for the decoder layers this rank holds (one unit per layer: LitGPT's
+/// auto_wrap_policy={Block}).
+u64 frozen_unit_grads(const ModelStates& s, const Request& r, const Layout& l, const RankRole& role,
+                      const std::function<u64(u64)>& compute_bytes) {
+  if (!is_fsdp(l.method) || r.task != Task::Lora || !r.parallelism.frozen_in_trained_units) return 0;
+  u64 out = 0;
+  for (size_t i = 0; i < s.groups.size(); ++i) {
+    const GroupStates& g = s.groups[i];
+    const u64 layer_t = add(div_ceil(g.t_split, l.tp), g.t_repl);
+    if (layer_t == 0 || role.layers[i] == 0) continue;
+    const u64 layer_w = add(div_ceil(g.w_split, l.tp), g.w_repl);
+    out = add(out, mul(role.layers[i], sub_floor(compute_bytes(layer_w), mul(s.grad_bytes, layer_t))));
+  }
+  return out;
+}
+
+}  // namespace
 
 RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, const RankRole& role) {
   RankStates out;
@@ -232,8 +265,10 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
   u64 grad_bytes = s.grad_bytes;
   if (l.mixed == MixedMode::HalfMaster && (l.method == ParallelMethod::Tp || l.method == ParallelMethod::Pp) && full)
     grad_bytes = 4;  // Megatron accumulates into fp32 main_grad buffers
-  const u64 grads = mul(grad_bytes, t);
-  out.grads = shards_grads(l.method) ? div_ceil(grads, l.shard) : grads;
+  const u64 grads = add(mul(grad_bytes, t), frozen_unit_grads(s, r, l, role, compute_bytes));
+  // FSDP no_sync() over accumulation micro-batches: the gradients stay unsharded on every rank
+  const bool unsharded = r.parallelism.unsharded_grad_accumulation && r.gradient_accumulation_steps > 1;
+  out.grads = shards_grads(l.method) && !unsharded ? div_ceil(grads, l.shard) : grads;
   out.master = div_ceil(mul(s.master_bytes, t), shard);
 
   // Optimizer states and step temporaries: proportional to the trainable share.
@@ -270,7 +305,7 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
       // the flattened unsharded gradient of one unit, the reduce-scatter input: its weights' bytes
       // (fp32 params reduced in fp32, half params in half; FSDP mixed precision stores fp32
       // params and reduces in fp32)
-      out.buckets = full ? unit_w : 0;
+      out.buckets = full || r.parallelism.frozen_in_trained_units ? unit_w : 0;
     }
   }
   if (l.tp > 1 || l.pp > 1)

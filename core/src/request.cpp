@@ -203,7 +203,7 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
   check_keys(rt, "\"runtime\"",
              {"cuda_context_mib", "drop_outputs_before_backward", "use_cache_in_training", "zero_grad_to_none", "framework",
               "framework_version", "bitsandbytes_version", "prepare_kbit", "loss_chunks", "optimizer_in_backward", "activation_offloading", "compile",
-              "alloc_conf"});
+              "alloc_conf", "later_steps_shorter"});
   if (rt.contains("compile")) out.compile = boolean(rt["compile"], "runtime.compile");
   if (rt.contains("zero_grad_to_none")) out.zero_grad_to_none = boolean(rt["zero_grad_to_none"], "runtime.zero_grad_to_none");
   if (rt.contains("framework")) {
@@ -243,6 +243,8 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
     out.alloc_conf = rt["alloc_conf"].get<std::string>();
     (void)alloc::config_from_alloc_conf(out.alloc_conf);  // a bad option is reported with the request
   }
+  if (rt.contains("later_steps_shorter"))
+    out.later_steps_shorter = boolean(rt["later_steps_shorter"], "runtime.later_steps_shorter");
   if (rt.contains("use_cache_in_training"))
     out.use_cache_in_training = boolean(rt["use_cache_in_training"], "runtime.use_cache_in_training");
 }
@@ -428,7 +430,8 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
     if (!p.is_object()) throw Error("request field \"parallelism\" must be an object like {\"method\": \"zero3\"}");
     check_keys(p, "\"parallelism\"",
                {"method", "dp", "tp", "pp", "cp", "sequence_parallel", "offload_optimizer", "offload_params", "gpus_per_node",
-                "gradient_as_bucket_view", "pipeline_schedule", "separate_embedding_units"});
+                "gradient_as_bucket_view", "pipeline_schedule", "separate_embedding_units", "frozen_in_trained_units",
+                "unsharded_grad_accumulation"});
     Parallelism& par = r.parallelism;
     if (p.contains("method")) par.method = pick(p["method"], "parallelism.method", kMethods);
     if (p.contains("dp")) par.dp = positive(p["dp"], "parallelism.dp", kMaxGpus);
@@ -443,6 +446,12 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
       par.gradient_as_bucket_view = boolean(p["gradient_as_bucket_view"], "parallelism.gradient_as_bucket_view");
     if (p.contains("separate_embedding_units"))
       par.separate_embedding_units = boolean(p["separate_embedding_units"], "parallelism.separate_embedding_units");
+    given.frozen_in_trained_units = p.contains("frozen_in_trained_units");
+    if (given.frozen_in_trained_units)
+      par.frozen_in_trained_units = boolean(p["frozen_in_trained_units"], "parallelism.frozen_in_trained_units");
+    given.unsharded_grad_accumulation = p.contains("unsharded_grad_accumulation");
+    if (given.unsharded_grad_accumulation)
+      par.unsharded_grad_accumulation = boolean(p["unsharded_grad_accumulation"], "parallelism.unsharded_grad_accumulation");
     if (p.contains("pipeline_schedule")) {
       constexpr std::pair<const char*, bool> kSchedules[] = {{"1f1b", false}, {"gpipe", true}};
       par.gpipe = pick(p["pipeline_schedule"], "parallelism.pipeline_schedule", kSchedules);
@@ -528,6 +537,8 @@ json request_to_json(const Request& r) {
                       {"offload_params", p.offload_params}, {"gpus_per_node", p.gpus_per_node},
                       {"gradient_as_bucket_view", p.gradient_as_bucket_view},
                       {"separate_embedding_units", p.separate_embedding_units},
+                      {"frozen_in_trained_units", p.frozen_in_trained_units},
+                      {"unsharded_grad_accumulation", p.unsharded_grad_accumulation},
                       {"pipeline_schedule", p.gpipe ? "gpipe" : "1f1b"}};
   j["device"] = r.device == Device::Cuda ? "cuda" : "cpu";
   j["runtime"] = {{"framework", to_string(r.runtime.framework)},
@@ -540,7 +551,8 @@ json request_to_json(const Request& r) {
                   {"activation_offloading", r.runtime.activation_offloading},
                   {"compile", r.runtime.compile},
                   {"alloc_conf", r.runtime.alloc_conf},
-                  {"drop_outputs_before_backward", r.runtime.drop_outputs_before_backward}};
+                  {"drop_outputs_before_backward", r.runtime.drop_outputs_before_backward},
+                  {"later_steps_shorter", r.runtime.later_steps_shorter}};
   return j;
 }
 

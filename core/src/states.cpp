@@ -16,6 +16,7 @@
 #include "memfit/error.hpp"
 #include "memfit/model.hpp"
 #include "activations.hpp"
+#include "frameworks.hpp"
 #include "states.hpp"
 
 namespace memfit::detail {
@@ -303,6 +304,13 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
   s.emb_w = mul(ob, pc.embedding);
   const u64 head_split = m.tied_embeddings ? 0 : m.lm_head.weight_params();
   s.head_w_split = mul(ob, head_split);
+  // A framework that quantizes every Linear (LitGPT through Lightning's BitsandbytesPrecision)
+  // quantizes lm_head too.
+  const bool bnb4 = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                    r.quantization == Quantization::Fp4;
+  if ((r.task == Task::Qlora || inference) && bnb4 && head_split > 0 &&
+      framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantizes_lm_head)
+    s.head_w_split = add(div_ceil(mul(head_split, qbits), 8 * 1024), quant_state_constants(r.quantization));
   s.head_w_repl = mul(ob, add(pc.other, m.lm_head.bias_params()));
   if (full) {
     // frozen bottom layers come with frozen embeddings

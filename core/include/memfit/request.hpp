@@ -106,6 +106,15 @@ struct Parallelism {
   /// FSDP: the embedding and the output projection are units of their own, gathered one at a time
   /// (torchtune's custom_sharded_layers: ['tok_embeddings', 'output']); otherwise they sit in the root unit
   bool separate_embedding_units = false;
+  /// FSDP1 with use_orig_params=True and one unit per decoder layer: the frozen base weights share
+  /// a flat parameter with the layer's adapters, so backward fills a gradient for every weight of
+  /// each unit that holds an adapter (LitGPT <= 0.5.7 FSDPStrategy(auto_wrap_policy={Block})).
+  /// Default: the framework's (frameworks.cpp).
+  bool frozen_in_trained_units = false;
+  /// Gradient-accumulation micro-batches skip FSDP's reduce-scatter (no_sync()): every GPU keeps
+  /// the unsharded gradients until the synchronising micro-batch (Lightning Fabric's
+  /// no_backward_sync, which LitGPT's loops use). Default: the framework's.
+  bool unsharded_grad_accumulation = false;
 };
 
 struct Runtime {
@@ -114,6 +123,10 @@ struct Runtime {
   /// True: the Hugging Face Trainer drops the model outputs (logits) before backward.
   /// False: a user loop that keeps `outputs` alive through backward.
   bool drop_outputs_before_backward = true;
+  /// Only the first step reaches sequence_length; later micro-batches are shorter (lit-gpt's 2023
+  /// finetune scripts force the longest sample into the first micro-batch only). A loop that keeps
+  /// its outputs then never holds the previous step's graph next to a step as long as the first.
+  bool later_steps_shorter = false;
   bool use_cache_in_training = false;  ///< model forward with use_cache=True while training
   /// zero_grad(set_to_none=True) (PyTorch >= 2.0 default): gradients do not exist during the
   /// forward. False: zeroed gradients stay allocated across steps (PyTorch 1.x default).
