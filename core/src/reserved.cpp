@@ -15,17 +15,26 @@
 
 namespace memfit::sched {
 
-alloc::Result simulated_step(const StepSetup& s, const alloc::Config& c) {
-  const Trace t = step_trace_with_loops(s);
+namespace {
+
+std::vector<alloc::Period> periods_of(const Trace& t) {
   std::vector<alloc::Period> periods;
   periods.reserve(t.loops.size());
   for (const Loop& l : t.loops) periods.push_back({l.first, l.length, l.iterations});
-  return alloc::simulate_periodic(t.events, periods, c);
+  return periods;
+}
+
+}  // namespace
+
+alloc::Result simulated_step(const StepSetup& s, const alloc::Config& c) {
+  const Trace t = step_trace_with_loops(s);
+  return alloc::simulate_periodic(t.events, periods_of(t), c);
 }
 
 u64 simulated_reserved(const StepSetup& s, const alloc::Config& c) {
   if (c.device_limit != alloc::kNoLimit) throw Error("simulated_reserved: the peak is simulated without a device limit");
-  return simulated_step(s, c).stats.peak_reserved;
+  const Trace t = step_trace_with_loops(s);
+  return alloc::periodic_stats(t.events, periods_of(t), c).peak_reserved;
 }
 
 }  // namespace memfit::sched
