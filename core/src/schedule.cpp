@@ -784,13 +784,6 @@ std::optional<StepSetup> step_setup(const Request& r) {
   return s;
 }
 
-std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names) {
-  Sink sink(true, false, names != nullptr);
-  run(sink, s);
-  if (names) *names = sink.take_names();
-  return sink.take_trace();
-}
-
 /// About as many events as a run has: each entry of a list allocates at most its tensor, its
 /// input gradient, a weight and a bias gradient and a sum, each freed once, per layer, micro-batch
 /// and step, plus four tensors per parameter (the weight, two optimizer states, a temporary).
@@ -799,6 +792,14 @@ size_t events_bound(const StepSetup& s) {
   const size_t entries = l.embedding.size() + l.head.size() + l.layer.size() * static_cast<size_t>(s.layers);
   const size_t params = (layer_params(s).size() * static_cast<size_t>(s.layers) + outer_params(s).size()) * 8;
   return (entries * 10 + params) * static_cast<size_t>(s.steps * s.accumulation);
+}
+
+std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names) {
+  Sink sink(true, false, names != nullptr);
+  sink.reserve(events_bound(s));
+  run(sink, s);
+  if (names) *names = sink.take_names();
+  return sink.take_trace();
 }
 
 Trace step_trace_with_loops(const StepSetup& s) {
