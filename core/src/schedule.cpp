@@ -784,15 +784,21 @@ std::optional<StepSetup> step_setup(const Request& r) {
   return s;
 }
 
-/// About as many events as a run has: each entry of a list allocates at most its tensor, its
-/// input gradient, a weight and a bias gradient and a sum, each freed once, per layer, micro-batch
-/// and step, plus four tensors per parameter (the weight, two optimizer states, a temporary).
+namespace {
+
+/// A bound on the events of a run, for reserving the trace (a bound too small only regrows it): per
+/// list entry, layer, micro-batch and step at most five tensors (its own, its input gradient, a
+/// weight and a bias gradient, a sum), each allocated and freed; per parameter tensor and step at
+/// most four (the weight, two optimizer states, a temporary), each allocated and freed.
 size_t events_bound(const StepSetup& s) {
   const StepLists l = step_lists(s);
-  const size_t entries = l.embedding.size() + l.head.size() + l.layer.size() * static_cast<size_t>(s.layers);
-  const size_t params = (layer_params(s).size() * static_cast<size_t>(s.layers) + outer_params(s).size()) * 8;
-  return (entries * 10 + params) * static_cast<size_t>(s.steps * s.accumulation);
+  const size_t layers = static_cast<size_t>(s.layers);
+  const size_t entries = l.embedding.size() + l.head.size() + l.layer.size() * layers;
+  const size_t params = layer_params(s).size() * layers + outer_params(s).size();
+  return static_cast<size_t>(s.steps) * (entries * 10 * static_cast<size_t>(s.accumulation) + params * 8);
 }
+
+}  // namespace
 
 std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names) {
   Sink sink(true, false, names != nullptr);
