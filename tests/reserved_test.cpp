@@ -190,6 +190,13 @@ TEST_CASE("the periodic shortcut gives the full simulation's stats and segments,
         INFO(j.dump() << " layers " << layers);
         CHECK(same_stats(full.stats, fast.stats));
         CHECK(same_segments(full.segments, fast.segments));
+        // what the estimator reads: the stats without the segment views
+        const sched::Trace looped = sched::step_trace_with_loops(*s);
+        CHECK(looped.events == trace);
+        std::vector<alloc::Period> periods;
+        for (const sched::Loop& l : looped.loops) periods.push_back({l.first, l.length, l.iterations});
+        CHECK(same_stats(full.stats, alloc::periodic_stats(looped.events, periods, c)));
+        if (c.device_limit == alloc::kNoLimit) CHECK(sched::simulated_reserved(*s, c) == full.stats.peak_reserved);
         ++cases;
         extrapolated += fast.periods_extrapolated;
         simulated += fast.periods_simulated;

@@ -587,9 +587,11 @@ bool apply_events(Sim& s, const Trace& trace, size_t begin, size_t end) {
   return true;
 }
 
-Result finish(Sim& s) {
+/// The result; `views` false leaves out the segments (the estimator reads the stats only, and
+/// walking some hundreds of segments into vectors cost more than the last of the replay).
+Result finish(Sim& s, bool views = true) {
   if (s.st.allocated_at_peak_reserved == kNoLimit) s.st.allocated_at_peak_reserved = s.st.allocated;
-  return {s.st, segment_views(s)};
+  return {s.st, views ? segment_views(s) : std::vector<SegmentView>{}};
 }
 
 }  // namespace
@@ -847,7 +849,7 @@ bool run_period(Sim& s, const Trace& trace, const Period& p, Result& r) {
 
 namespace {
 
-Result periodic(const Trace& trace, const std::vector<Period>& periods, const Config& c) {
+Result periodic(const Trace& trace, const std::vector<Period>& periods, const Config& c, bool views) {
   Sim s;
   s.cfg = c;
   s.live.reserve(trace.size());
@@ -861,7 +863,7 @@ Result periodic(const Trace& trace, const std::vector<Period>& periods, const Co
     n = p.first + p.length * p.iterations;
   }
   if (ok) apply_events(s, trace, n, trace.size());
-  Result done = finish(s);
+  Result done = finish(s, views);
   done.periods_extrapolated = r.periods_extrapolated;
   done.periods_simulated = r.periods_simulated;
   done.events_skipped = r.events_skipped;
@@ -872,14 +874,21 @@ Result periodic(const Trace& trace, const std::vector<Period>& periods, const Co
 
 Result simulate_periodic(const std::vector<Event>& trace, const std::vector<Period>& periods, const Config& c) {
   if (c.device_limit != kNoLimit) return simulate(trace, c);  // releases break the argument
-  return periodic(Trace(trace), periods, c);
+  return periodic(Trace(trace), periods, c, true);
 }
 
 Result simulate_periodic(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods, const Config& c) {
   if (std::find(trace.begin(), trace.end(), 0) != trace.end())
     throw Error("simulate_periodic: a compact trace with 0 entries (empty tensors) must go through events_from_signed");
   if (c.device_limit != kNoLimit) return simulate(events_from_signed(trace), c);
-  return periodic(Trace(trace), periods, c);
+  return periodic(Trace(trace), periods, c, true);
+}
+
+Stats periodic_stats(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods, const Config& c) {
+  if (std::find(trace.begin(), trace.end(), 0) != trace.end())
+    throw Error("periodic_stats: a compact trace with 0 entries (empty tensors) must go through events_from_signed");
+  if (c.device_limit != kNoLimit) return simulate(events_from_signed(trace), c).stats;
+  return periodic(Trace(trace), periods, c, false).stats;
 }
 
 }  // namespace memfit::alloc

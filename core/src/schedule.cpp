@@ -75,6 +75,9 @@ class Sink {
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
   [[nodiscard]] u64 peak() const { return peak_; }  ///< the peak sink's
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
+  /// Room for the trace sink's events (growing a vector of tens of thousands of events copies it
+  /// several times over).
+  void reserve(size_t events) { trace_.reserve(events); }
   std::vector<std::string> take_names() { return std::move(names_); }
   std::vector<Loop> take_loops() { return std::move(loops_); }
 
@@ -97,6 +100,10 @@ struct Resolved {
   std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
   std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
   std::vector<size_t> branch_from;  ///< parallel branches: the entry whose gradient this one reads
+  /// per entry i: the earlier entries b whose branch_from is i, ascending (backward's hot loop
+  /// reads them for every entry; a scan of all earlier entries made the backward quadratic)
+  std::vector<std::vector<size_t>> branch_readers;
+  std::vector<bool> carried;    ///< the entry stands for the list's input ("carried": allocates nothing)
   std::vector<u64> cast_bytes;  ///< residual adds: the cast of the gradient the waiting operand gets (0: none)
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
@@ -136,6 +143,10 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     }
     r.dies_at.push_back(at == kKeep ? kKeep : std::min(at, l.size() - 1));
   }
+  r.branch_readers.resize(l.size());
+  for (size_t b = 0; b < l.size(); ++b)
+    if (r.branch_from[b] != kKeep) r.branch_readers[r.branch_from[b]].push_back(b);
+  for (const TensorOp& t : l) r.carried.push_back(t.op == "carried");
   r.released_at.resize(l.size());
   for (size_t j = 0; j < l.size(); ++j) {
     size_t by = j;
@@ -166,7 +177,7 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   st.ids.assign(l.size(), -1);
   size_t next_death = 0;
   for (size_t i = 0; i < l.size(); ++i) {
-    st.ids[i] = l[i].op == "carried" ? input : sink.alloc(r.bytes[i], l[i].name);
+    st.ids[i] = r.carried[i] ? input : sink.alloc(r.bytes[i], l[i].name);
     for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
       const size_t j = r.death_order[next_death];
       if ((j != 0 || !keep_input) && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
@@ -333,8 +344,8 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
     if (!recomputed && (i == 0 || l[i - 1].saved)) recompute(), recomputed = true;
     const bool input_grad_made = meet_waiting(sink, r, i, pending, grad);
     // a branch entry further down reads the gradient arriving here: hold it until then
-    for (size_t b = 0; b < i; ++b)
-      if (r.branch_from[b] == i && grad >= 0) pending.push_back({b, grad, false, true});
+    for (size_t b : r.branch_readers[i])
+      if (b < i && grad >= 0) pending.push_back({b, grad, false, true});
     if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
     entry_gradients(sink, r, i, st, pending, grad, new_weight_grads, input_grad_made);
     for (size_t j : r.released_at[i])
@@ -773,8 +784,25 @@ std::optional<StepSetup> step_setup(const Request& r) {
   return s;
 }
 
+namespace {
+
+/// A bound on the events of a run, for reserving the trace (a bound too small only regrows it): per
+/// list entry, layer, micro-batch and step at most five tensors (its own, its input gradient, a
+/// weight and a bias gradient, a sum), each allocated and freed; per parameter tensor and step at
+/// most four (the weight, two optimizer states, a temporary), each allocated and freed.
+size_t events_bound(const StepSetup& s) {
+  const StepLists l = step_lists(s);
+  const size_t layers = static_cast<size_t>(s.layers);
+  const size_t entries = l.embedding.size() + l.head.size() + l.layer.size() * layers;
+  const size_t params = layer_params(s).size() * layers + outer_params(s).size();
+  return static_cast<size_t>(s.steps) * (entries * 10 * static_cast<size_t>(s.accumulation) + params * 8);
+}
+
+}  // namespace
+
 std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string>* names) {
   Sink sink(true, false, names != nullptr);
+  sink.reserve(events_bound(s));
   run(sink, s);
   if (names) *names = sink.take_names();
   return sink.take_trace();
@@ -782,6 +810,7 @@ std::vector<std::int64_t> step_trace(const StepSetup& s, std::vector<std::string
 
 Trace step_trace_with_loops(const StepSetup& s) {
   Sink sink(true, false);
+  sink.reserve(events_bound(s));
   run(sink, s);
   Trace t{sink.take_trace(), sink.take_loops()};
   return t;

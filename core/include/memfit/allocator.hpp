@@ -139,5 +139,8 @@ struct Period {
 /// (no copy of the trace as Events).
 [[nodiscard]] Result simulate_periodic(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods,
                                        const Config& c = {});
+/// simulate_periodic's stats alone (no segment views: what the estimator reads).
+[[nodiscard]] Stats periodic_stats(const std::vector<std::int64_t>& trace, const std::vector<Period>& periods,
+                                   const Config& c = {});
 
 }  // namespace memfit::alloc
