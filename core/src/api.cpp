@@ -14,18 +14,20 @@
 
 #include "frameworks.hpp"
 #include "json_object.hpp"
+#include "json_parse.hpp"
 
 namespace memfit {
 
 using nlohmann::json;
 using detail::json_object;
+using detail::parse_json;
 
 namespace {
 
 constexpr const char* kVersion = "0.1.0";
 
 json parse_text(std::string_view text, const char* what) {
-  json j = json::parse(text, nullptr, false);
+  json j = parse_json(text, false);
   if (j.is_discarded())
     throw Error(std::string(what) + " is not valid JSON: check for a missing comma, quote or bracket");
   return j;
@@ -232,7 +234,7 @@ std::string models_json() {
     for (const BundledModel& b : bundled_models()) {
       json entry = json_object({{"id", b.id}, {"partial", b.partial}});
       try {
-        const ModelSpec m = parse_model_config(json::parse(b.config_json));
+        const ModelSpec m = parse_model_config(parse_json(b.config_json));
         entry["model_type"] = m.model_type;
         entry["params"] = count_params(m).total;
       } catch (const Error& e) {
