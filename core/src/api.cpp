@@ -87,6 +87,24 @@ json suggestion_json(const Suggestion& s) {
                       {"layout", s.layout}, {"per_gpu_bytes", s.per_gpu_bytes}, {"fits", s.fits}});
 }
 
+/// An estimate's "per_gpu" object (also each plan candidate's, which needs nothing else).
+json per_gpu_json(const Estimate& e) {
+  json breakdown = json::array();
+  for (const Component& c : e.breakdown)
+    breakdown.push_back(json_object({{"name", c.name}, {"bytes", c.bytes}, {"formula", c.formula}}));
+  const double headroom = static_cast<double>(e.gpu_memory_bytes) - static_cast<double>(e.device_total_bytes);
+  const double utilization =
+      e.gpu_memory_bytes ? static_cast<double>(e.device_total_bytes) / static_cast<double>(e.gpu_memory_bytes) : 0.0;
+  return json_object({{"allocated_peak_bytes", e.allocated_peak_bytes},
+                      {"reserved_peak_bytes", e.reserved_peak_bytes},
+                      {"reserved_method", e.reserved_method},
+                      {"device_total_bytes", e.device_total_bytes},
+                      {"gpu_memory_bytes", e.gpu_memory_bytes},
+                      {"headroom_bytes", headroom},
+                      {"utilization", utilization},
+                      {"breakdown", breakdown}});
+}
+
 json nothing_fits_json(const Plan& p) {
   if (!p.nothing_fits) return nullptr;
   const NothingFits& nf = *p.nothing_fits;
@@ -103,33 +121,19 @@ json nothing_fits_json(const Plan& p) {
 Request request_from_json(const json& request) { return parse_request(request, bundled_config); }
 
 json estimate_to_json(const Estimate& e, const Request& r) {
-  json breakdown = json::array();
-  for (const Component& c : e.breakdown)
-    breakdown.push_back(json_object({{"name", c.name}, {"bytes", c.bytes}, {"formula", c.formula}}));
   json phases = json::array();
   for (const PhasePeak& p : e.phases)
     phases.push_back(json_object({{"phase", p.phase}, {"allocated_bytes", p.allocated_bytes}}));
-  const double headroom = static_cast<double>(e.gpu_memory_bytes) - static_cast<double>(e.device_total_bytes);
-  json j = {
-      {"version", kVersion},
-      {"model", model_json(r.model, r.model_id)},
-      {"params", params_json(e.params, e.trainable_params)},
-      {"per_gpu",
-       json_object({{"allocated_peak_bytes", e.allocated_peak_bytes},
-                    {"reserved_peak_bytes", e.reserved_peak_bytes},
-                    {"reserved_method", e.reserved_method},
-                    {"device_total_bytes", e.device_total_bytes},
-                    {"gpu_memory_bytes", e.gpu_memory_bytes},
-                    {"headroom_bytes", headroom},
-                    {"utilization", e.gpu_memory_bytes ? static_cast<double>(e.device_total_bytes) / static_cast<double>(e.gpu_memory_bytes) : 0.0},
-                    {"breakdown", breakdown}})},
-      {"peak_phase", e.peak_phase},
-      {"phases", phases},
-      {"fits", e.fits},
-      {"cpu_ram_bytes", e.cpu_ram_bytes},
-      {"notes", e.notes},
-      {"request", request_to_json(r)},
-  };
+  json j = json_object({{"version", kVersion},
+                        {"model", model_json(r.model, r.model_id)},
+                        {"params", params_json(e.params, e.trainable_params)},
+                        {"per_gpu", per_gpu_json(e)},
+                        {"peak_phase", e.peak_phase},
+                        {"phases", phases},
+                        {"fits", e.fits},
+                        {"cpu_ram_bytes", e.cpu_ram_bytes},
+                        {"notes", e.notes},
+                        {"request", request_to_json(r)}});
   if (r.task == Task::Inference)
     j["inference"] = json_object({{"kv_cache_bytes", e.inference.kv_cache_bytes},
                                   {"kv_cache_bytes_per_token", e.inference.kv_cache_bytes_per_token},
@@ -174,10 +178,6 @@ std::string plan_json(std::string_view request_json) {
     json candidates = json::array();
     for (const PlanCandidate& c : p.candidates) {
       const Parallelism& par = c.parallelism;
-      Request at = r;
-      at.parallelism = par;
-      at.micro_batch_size = std::max<u64>(1, c.max_micro_batch);
-      json e = estimate_to_json(c.at_max, at);
       candidates.push_back(json_object({{"label", c.label},
                                         {"method", to_string(par.method)},
                                         {"dp", par.dp},
@@ -188,8 +188,8 @@ std::string plan_json(std::string_view request_json) {
                                         {"sequence_parallel", par.sequence_parallel},
                                         {"max_micro_batch", c.max_micro_batch},
                                         {"fits", c.max_micro_batch > 0},
-                                        {"per_gpu", e["per_gpu"]},
-                                        {"peak_phase", e["peak_phase"]},
+                                        {"per_gpu", per_gpu_json(c.at_max)},
+                                        {"peak_phase", c.at_max.peak_phase},
                                         {"step_time_s", c.step_time_s},
                                         {"compute_s", c.compute_s},
                                         {"communication_s", c.communication_s},
