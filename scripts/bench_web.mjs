@@ -58,7 +58,7 @@ try {
   harness = await import('../tests/browser/harness.mjs');
 } catch (e) {
   console.log(`  chromium: skipped (${e.message.split('\n')[0]}; run npm ci in tests/browser)`);
-  process.exit(total <= BUDGET ? 0 : 1);
+  process.exit(0);  // a benchmark prints figures; the size gate is tests/js (boundary.test.mjs)
 }
 const server = await harness.serve(SITE);
 const browser = await harness.launch();
@@ -92,4 +92,4 @@ try {
   await browser.close();
   await server.close();
 }
-process.exit(total <= BUDGET ? 0 : 1);
+process.exit(0);  // a benchmark prints figures; the size gate is tests/js (boundary.test.mjs)

@@ -12,10 +12,12 @@
 #include <set>
 
 #include "memfit/error.hpp"
+#include "json_object.hpp"
 
 namespace memfit {
 
 using nlohmann::json;
+using detail::json_object;
 
 namespace {
 
@@ -54,9 +56,9 @@ struct Mapper {
       start = dot + 1;
     }
     (*at)[field.substr(start)] = std::move(value);
-    json src = {{"key", key}};
+    json src = json_object({{"key", key}});
     if (lines.is_object() && lines.contains(key) && lines[key].is_number_integer()) src["line"] = lines[key];
-    if (key.front() == '(') src = {{"default", key.substr(1, key.size() - 2)}};
+    if (key.front() == '(') src = json_object({{"default", key.substr(1, key.size() - 2)}});
     sources[field] = src;
     if (key.front() != '(') used.insert(key.substr(0, key.find('.')));
   }
@@ -571,8 +573,8 @@ json intake(const json& input) {
   json ignored = json::array();
   for (auto it = tree.begin(); it != tree.end(); ++it)
     if (!m.used.count(it.key())) ignored.push_back(it.key());
-  return {{"format", f.name}, {"request", request}, {"sources", m.sources}, {"defaulted", defaulted},
-          {"ignored", ignored}, {"notes", m.notes}};
+  return json_object({{"format", f.name}, {"request", request}, {"sources", m.sources}, {"defaulted", defaulted},
+                      {"ignored", ignored}, {"notes", m.notes}});
 }
 
 }  // namespace memfit

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memfit/error.hpp"
+#include "json_parse.hpp"
 
 namespace memfit {
 
@@ -43,7 +44,7 @@ std::span<const BundledModel> bundled_models() {
 }
 
 void set_bundled_library(std::string_view library_json) {
-  const nlohmann::json list = nlohmann::json::parse(library_json, nullptr, false);
+  const nlohmann::json list = detail::parse_json(library_json, false);
   if (!list.is_array()) throw Error("the model library is not a JSON array of {\"id\", \"partial\", \"config\"}");
   RuntimeLibrary next;
   for (const nlohmann::json& entry : list) {
@@ -67,7 +68,7 @@ bool bundled_config(const std::string& id, nlohmann::json& out) {
   const std::string key = lower(id);
   for (const BundledModel& m : bundled_models()) {
     if (lower(m.id) == key) {
-      out = nlohmann::json::parse(m.config_json);
+      out = detail::parse_json(m.config_json);
       return true;
     }
   }

@@ -11,10 +11,12 @@
 
 #include "bitsandbytes.hpp"
 #include "frameworks.hpp"
+#include "json_object.hpp"
 
 namespace memfit {
 
 using nlohmann::json;
+using detail::json_object;
 
 namespace {
 
@@ -187,12 +189,12 @@ void check_capabilities(Request& r) {
 }  // namespace
 
 json precision_meanings() {
-  return {{"fp32", "fp32 weights and compute (from_pretrained(dtype=float32), no bf16/fp16 flag)"},
-          {"amp_bf16", "fp32 weights, bf16 autocast (fp32-loaded model + Trainer bf16=True / LitGPT bf16-mixed)"},
-          {"amp_fp16", "fp32 weights, fp16 autocast + GradScaler (fp32-loaded model + Trainer fp16=True)"},
-          {"bf16", "bf16 weights (from_pretrained(dtype=bfloat16) or a bf16 checkpoint; torchtune dtype: bf16; "
+  return json_object({{"fp32", "fp32 weights and compute (from_pretrained(dtype=float32), no bf16/fp16 flag)"},
+                      {"amp_bf16", "fp32 weights, bf16 autocast (fp32-loaded model + Trainer bf16=True / LitGPT bf16-mixed)"},
+                      {"amp_fp16", "fp32 weights, fp16 autocast + GradScaler (fp32-loaded model + Trainer fp16=True)"},
+                      {"bf16", "bf16 weights (from_pretrained(dtype=bfloat16) or a bf16 checkpoint; torchtune dtype: bf16; "
                    "LitGPT bf16-true); LoRA adapters fp32 under PEFT"},
-          {"fp16", "fp16 weights (dtype=float16 or an fp16 checkpoint); LoRA adapters fp32 under PEFT"}};
+                      {"fp16", "fp16 weights (dtype=float16 or an fp16 checkpoint); LoRA adapters fp32 under PEFT"}});
 }
 
 namespace {
@@ -252,11 +254,11 @@ void parse_runtime(const json& rt, Runtime& out, bool& prepare_kbit_given) {
 }  // namespace
 
 json request_options() {
-  return {{"task", names_of(kTasks)},           {"precision", names_of(kPrecisions)},
-          {"quantization", names_of(kQuant)},   {"optimizer", names_of(kOptimizers)},
-          {"attention", attention_names()},     {"parallelism.method", names_of(kMethods)},
-          {"inference.kv_cache_dtype", names_of(kKv)}, {"runtime.framework", framework_names()},
-          {"lora.adapter_dtype", names_of(kAdapter)}};
+  return json_object({{"task", names_of(kTasks)},           {"precision", names_of(kPrecisions)},
+                      {"quantization", names_of(kQuant)},   {"optimizer", names_of(kOptimizers)},
+                      {"attention", attention_names()},     {"parallelism.method", names_of(kMethods)},
+                      {"inference.kv_cache_dtype", names_of(kKv)}, {"runtime.framework", framework_names()},
+                      {"lora.adapter_dtype", names_of(kAdapter)}});
 }
 
 const char* to_string(Task t) { return name_of(t, kTasks); }
@@ -506,13 +508,13 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
 
 json request_to_json(const Request& r) {
   json j;
-  j["model"] = r.model_id.empty() ? json{{"config", "(inline)"}} : json{{"id", r.model_id}};
+  j["model"] = r.model_id.empty() ? json_object({{"config", "(inline)"}}) : json_object({{"id", r.model_id}});
   j["task"] = to_string(r.task);
-  j["lora"] = {{"rank", r.lora.rank},
-               {"alpha", r.lora.alpha},
-               {"targets", r.lora.all_linear ? json("all-linear") : json(r.lora.targets)},
-               {"adapter_dtype", r.lora.adapter_bytes == 0 ? "auto" : r.lora.adapter_bytes == 4 ? "fp32" : "bf16"},
-               {"dropout", r.lora.dropout}};
+  j["lora"] = json_object({{"rank", r.lora.rank},
+                           {"alpha", r.lora.alpha},
+                           {"targets", r.lora.all_linear ? json("all-linear") : json(r.lora.targets)},
+                           {"adapter_dtype", r.lora.adapter_bytes == 0 ? "auto" : r.lora.adapter_bytes == 4 ? "fp32" : "bf16"},
+                           {"dropout", r.lora.dropout}});
   j["precision"] = to_string(r.precision);
   j["quantization"] = to_string(r.quantization);
   j["optimizer"] = to_string(r.optimizer);
@@ -523,36 +525,36 @@ json request_to_json(const Request& r) {
   j["frozen_layers"] = r.frozen_layers;
   j["attention"] = to_string(r.attention);
   const u64 kv = r.inference.kv_cache_bits;
-  j["inference"] = {{"batch_size", r.inference.batch_size},
-                    {"context_length", r.inference.context_length},
-                    {"new_tokens", r.inference.new_tokens},
-                    {"kv_cache_dtype", kv == 32 ? "fp32" : kv == 8 ? "fp8" : kv == 4 ? "int4" : "bf16"},
-                    {"mla_cache", r.inference.expanded_mla_cache ? "expanded" : "compressed"}};
+  j["inference"] = json_object({{"batch_size", r.inference.batch_size},
+                                {"context_length", r.inference.context_length},
+                                {"new_tokens", r.inference.new_tokens},
+                                {"kv_cache_dtype", kv == 32 ? "fp32" : kv == 8 ? "fp8" : kv == 4 ? "int4" : "bf16"},
+                                {"mla_cache", r.inference.expanded_mla_cache ? "expanded" : "compressed"}});
   if (r.task == Task::Serve) j["serving"] = serving_setup_to_json(r.serving);
-  j["gpu"] = {{"name", r.gpu.name}, {"memory_gib", static_cast<double>(r.gpu.memory_bytes) / 1073741824.0}};
+  j["gpu"] = json_object({{"name", r.gpu.name}, {"memory_gib", static_cast<double>(r.gpu.memory_bytes) / 1073741824.0}});
   j["num_gpus"] = r.num_gpus;
   const Parallelism& p = r.parallelism;
-  j["parallelism"] = {{"method", to_string(p.method)}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp},
-                      {"sequence_parallel", p.sequence_parallel}, {"offload_optimizer", p.offload_optimizer},
-                      {"offload_params", p.offload_params}, {"gpus_per_node", p.gpus_per_node},
-                      {"gradient_as_bucket_view", p.gradient_as_bucket_view},
-                      {"separate_embedding_units", p.separate_embedding_units},
-                      {"frozen_in_trained_units", p.frozen_in_trained_units},
-                      {"unsharded_grad_accumulation", p.unsharded_grad_accumulation},
-                      {"pipeline_schedule", p.gpipe ? "gpipe" : "1f1b"}};
+  j["parallelism"] = json_object({{"method", to_string(p.method)}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"cp", p.cp},
+                                  {"sequence_parallel", p.sequence_parallel}, {"offload_optimizer", p.offload_optimizer},
+                                  {"offload_params", p.offload_params}, {"gpus_per_node", p.gpus_per_node},
+                                  {"gradient_as_bucket_view", p.gradient_as_bucket_view},
+                                  {"separate_embedding_units", p.separate_embedding_units},
+                                  {"frozen_in_trained_units", p.frozen_in_trained_units},
+                                  {"unsharded_grad_accumulation", p.unsharded_grad_accumulation},
+                                  {"pipeline_schedule", p.gpipe ? "gpipe" : "1f1b"}});
   j["device"] = r.device == Device::Cuda ? "cuda" : "cpu";
-  j["runtime"] = {{"framework", to_string(r.runtime.framework)},
-                  {"framework_version", r.runtime.framework_version},
-                  {"bitsandbytes_version", r.runtime.bitsandbytes_version},
-                  {"prepare_kbit", r.runtime.prepare_kbit},
-                  {"zero_grad_to_none", r.runtime.zero_grad_to_none},
-                  {"loss_chunks", r.runtime.loss_chunks},
-                  {"optimizer_in_backward", r.runtime.optimizer_in_backward},
-                  {"activation_offloading", r.runtime.activation_offloading},
-                  {"compile", r.runtime.compile},
-                  {"alloc_conf", r.runtime.alloc_conf},
-                  {"drop_outputs_before_backward", r.runtime.drop_outputs_before_backward},
-                  {"later_steps_shorter", r.runtime.later_steps_shorter}};
+  j["runtime"] = json_object({{"framework", to_string(r.runtime.framework)},
+                              {"framework_version", r.runtime.framework_version},
+                              {"bitsandbytes_version", r.runtime.bitsandbytes_version},
+                              {"prepare_kbit", r.runtime.prepare_kbit},
+                              {"zero_grad_to_none", r.runtime.zero_grad_to_none},
+                              {"loss_chunks", r.runtime.loss_chunks},
+                              {"optimizer_in_backward", r.runtime.optimizer_in_backward},
+                              {"activation_offloading", r.runtime.activation_offloading},
+                              {"compile", r.runtime.compile},
+                              {"alloc_conf", r.runtime.alloc_conf},
+                              {"drop_outputs_before_backward", r.runtime.drop_outputs_before_backward},
+                               {"later_steps_shorter", r.runtime.later_steps_shorter}});
   return j;
 }
 

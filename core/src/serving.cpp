@@ -26,10 +26,12 @@
 #include "memfit/gpus.hpp"
 #include "parallel.hpp"
 #include "states.hpp"
+#include "json_object.hpp"
 
 namespace memfit {
 
 using nlohmann::json;
+using detail::json_object;
 
 namespace {
 
@@ -248,23 +250,23 @@ void parse_serving_setup(const json& j, ServingSetup& s) {
 }
 
 json serving_setup_to_json(const ServingSetup& s) {
-  return {{"engine", s.engine},
-          {"engine_version", s.engine_version},
-          {"gpu_memory_utilization", s.gpu_memory_utilization},
-          {"mem_fraction_static", s.mem_fraction_static},
-          {"max_model_len", s.max_model_len},
-          {"max_num_seqs", s.max_num_seqs},
-          {"max_num_batched_tokens", s.max_num_batched_tokens},
-          {"chunked_prefill_size", s.chunked_prefill_size},
-          {"max_total_tokens", s.max_total_tokens},
-          {"block_size", s.block_size},
-          {"kv_cache_dtype", s.kv_cache_bits == 0 ? "auto" : s.kv_cache_bits == 8 ? "fp8" : "bf16"},
-          {"enforce_eager", s.enforce_eager},
-          {"tensor_parallel_size", s.tensor_parallel_size},
-          {"pipeline_parallel_size", s.pipeline_parallel_size},
-          {"data_parallel_size", s.data_parallel_size},
-          {"enable_expert_parallel", s.enable_expert_parallel},
-          {"usage_context", s.llm_class ? "llm" : "serve"}};
+  return json_object({{"engine", s.engine},
+                      {"engine_version", s.engine_version},
+                      {"gpu_memory_utilization", s.gpu_memory_utilization},
+                      {"mem_fraction_static", s.mem_fraction_static},
+                      {"max_model_len", s.max_model_len},
+                      {"max_num_seqs", s.max_num_seqs},
+                      {"max_num_batched_tokens", s.max_num_batched_tokens},
+                      {"chunked_prefill_size", s.chunked_prefill_size},
+                      {"max_total_tokens", s.max_total_tokens},
+                      {"block_size", s.block_size},
+                      {"kv_cache_dtype", s.kv_cache_bits == 0 ? "auto" : s.kv_cache_bits == 8 ? "fp8" : "bf16"},
+                      {"enforce_eager", s.enforce_eager},
+                      {"tensor_parallel_size", s.tensor_parallel_size},
+                      {"pipeline_parallel_size", s.pipeline_parallel_size},
+                      {"data_parallel_size", s.data_parallel_size},
+                      {"enable_expert_parallel", s.enable_expert_parallel},
+                      {"usage_context", s.llm_class ? "llm" : "serve"}});
 }
 
 KvPerToken kv_per_token(const ModelSpec& m, u64 kv_bits, u64 tp, bool latent) {
@@ -627,37 +629,38 @@ ServingEstimate serve(const Request& r) {
 json serving_to_json(const ServingEstimate& e) {
   json fixes = json::array();
   for (const ServeFix& f : e.fixes)
-    fixes.push_back({{"change", f.change}, {"kv_cache_tokens", f.kv_cache_tokens}, {"max_concurrency", f.max_concurrency}, {"detail", f.detail}});
-  return {{"engine", e.profile->engine},
-          {"engine_profile", e.profile->label},
-          {"engine_source", e.profile->source},
-          {"gpu_memory_bytes", e.gpu_memory_bytes},
-          {"memory_fraction", e.fraction},
-          {"budget_bytes", e.budget_bytes},
-          {"weights_bytes", e.weights_bytes},
-          {"activation_peak_bytes", e.activation_peak_bytes},
-          {"non_torch_bytes", e.non_torch_bytes},
-          {"cuda_graph_bytes", e.cuda_graph_bytes},
-          {"cuda_graph_in_budget", e.profile->cuda_graph_in_budget},
-          {"kv_cache_bytes", e.kv_cache_bytes},
-          {"kv_bytes_per_token", e.kv_bytes_per_token},
-          {"block_bytes", e.block_bytes},
-          {"num_gpu_blocks", e.num_gpu_blocks},
-          {"kv_cache_tokens", e.kv_cache_tokens},
-          {"max_concurrency", e.max_concurrency},
-          {"max_model_len", e.max_model_len},
-          {"max_model_len_that_fits", e.max_model_len_that_fits},
-          {"max_num_seqs", e.max_num_seqs},
-          {"max_num_batched_tokens", e.max_num_batched_tokens},
-          {"block_size", e.block_size},
-          {"tensor_parallel_size", e.tp},
-          {"pipeline_parallel_size", e.pp},
-          {"data_parallel_size", e.dp},
-          {"expert_parallel_size", e.ep},
-          {"fits", e.fits},
-          {"shortfall_bytes", e.shortfall_bytes},
-          {"fixes", fixes},
-          {"notes", e.notes}};
+    fixes.push_back(json_object({{"change", f.change}, {"kv_cache_tokens", f.kv_cache_tokens},
+                                 {"max_concurrency", f.max_concurrency}, {"detail", f.detail}}));
+  return json_object({{"engine", e.profile->engine},
+                      {"engine_profile", e.profile->label},
+                      {"engine_source", e.profile->source},
+                      {"gpu_memory_bytes", e.gpu_memory_bytes},
+                      {"memory_fraction", e.fraction},
+                      {"budget_bytes", e.budget_bytes},
+                      {"weights_bytes", e.weights_bytes},
+                      {"activation_peak_bytes", e.activation_peak_bytes},
+                      {"non_torch_bytes", e.non_torch_bytes},
+                      {"cuda_graph_bytes", e.cuda_graph_bytes},
+                      {"cuda_graph_in_budget", e.profile->cuda_graph_in_budget},
+                      {"kv_cache_bytes", e.kv_cache_bytes},
+                      {"kv_bytes_per_token", e.kv_bytes_per_token},
+                      {"block_bytes", e.block_bytes},
+                      {"num_gpu_blocks", e.num_gpu_blocks},
+                      {"kv_cache_tokens", e.kv_cache_tokens},
+                      {"max_concurrency", e.max_concurrency},
+                      {"max_model_len", e.max_model_len},
+                      {"max_model_len_that_fits", e.max_model_len_that_fits},
+                      {"max_num_seqs", e.max_num_seqs},
+                      {"max_num_batched_tokens", e.max_num_batched_tokens},
+                      {"block_size", e.block_size},
+                      {"tensor_parallel_size", e.tp},
+                      {"pipeline_parallel_size", e.pp},
+                      {"data_parallel_size", e.dp},
+                      {"expert_parallel_size", e.ep},
+                      {"fits", e.fits},
+                      {"shortfall_bytes", e.shortfall_bytes},
+                      {"fixes", fixes},
+                      {"notes", e.notes}});
 }
 
 ServePlan plan_serving(const Request& r) {
@@ -713,19 +716,19 @@ ServePlan plan_serving(const Request& r) {
 json serve_plan_to_json(const ServePlan& p) {
   json layouts = json::array();
   for (const ServeLayout& l : p.layouts)
-    layouts.push_back({{"label", l.label},
-                       {"tensor_parallel_size", l.tp},
-                       {"pipeline_parallel_size", l.pp},
-                       {"replicas", l.replicas},
-                       {"enable_expert_parallel", l.expert_parallel},
-                       {"unused_gpus", l.unused_gpus},
-                       {"fits", l.fits},
-                       {"concurrency_per_replica", l.concurrency_per_replica},
-                       {"concurrency_total", l.concurrency_total},
-                       {"serving", serving_to_json(l.per_gpu)}});
-  return {{"context", p.context}, {"layouts", layouts}, {"recommendation", p.recommendation},
-          {"tokens_per_s", nullptr},
-          {"tokens_per_s_note", "not estimated: no published serving benchmark in the project's data justifies a throughput model"}};
+    layouts.push_back(json_object({{"label", l.label},
+                                   {"tensor_parallel_size", l.tp},
+                                   {"pipeline_parallel_size", l.pp},
+                                   {"replicas", l.replicas},
+                                   {"enable_expert_parallel", l.expert_parallel},
+                                   {"unused_gpus", l.unused_gpus},
+                                   {"fits", l.fits},
+                                   {"concurrency_per_replica", l.concurrency_per_replica},
+                                   {"concurrency_total", l.concurrency_total},
+                                   {"serving", serving_to_json(l.per_gpu)}}));
+  return json_object({{"context", p.context}, {"layouts", layouts}, {"recommendation", p.recommendation},
+                      {"tokens_per_s", nullptr},
+                      {"tokens_per_s_note", "not estimated: no published serving benchmark in the project's data justifies a throughput model"}});
 }
 
 }  // namespace memfit

@@ -126,12 +126,14 @@ test('hostile sizes give an answer or an error, never a crash', () => {
   assert.equal(api.estimate(llama).params.total, 6738415616);
 });
 
-test('the shipped module (memfit.wasm + memfit.mjs) fits the 250 KB gzip budget', async () => {
+// The goal is 150 KB (issue 9); the gate is what the module reached (184.3 KB on 2026-11-24:
+// JSON writers, one parser path, a post-link wasm-opt) plus a margin for the estimator's growth.
+test('the shipped module (memfit.wasm + memfit.mjs) stays within 195 KB gzipped', async () => {
   const { readFile } = await import('node:fs/promises');
   const { gzipSync } = await import('node:zlib');
   const path = await import('node:path');
   const { SITE } = await import('./load.mjs');
   let total = 0;
   for (const f of ['memfit.wasm', 'memfit.mjs']) total += gzipSync(await readFile(path.join(SITE, f)), { level: 9 }).length;
-  assert.ok(total <= 250_000, `${total} bytes gzipped`);
+  assert.ok(total <= 195_000, `${total} bytes gzipped`);
 });
