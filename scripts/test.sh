@@ -71,13 +71,18 @@ echo "CPU validation, check set: $check_count random cases, seed $check_seed (re
 timed_validate "check-set sample (seed $check_seed)" "$cases_dir/check.json" "${MEMFIT_SHAPES_TOLERANCE:-2}"
 rm -rf "$cases_dir"
 # The holdout set (cpu_holdout.json: a second draw, measured before the formula changes of
-# 2026-11-24 were evaluated on it) is replayed from its record, no Python. Its target is 2 % like
-# the rest, but it is evidence, not a tuning set: its first replay with the merged estimator
-# (README "Accuracy") left 4 of 240 cases over 2 % (worst -7.55 %), and those misses are not
-# fitted away here. The gate (MEMFIT_HOLDOUT_TOLERANCE) only catches a regression past that
-# first replay's worst case; the table prints every case's error.
+# 2026-11-24 were evaluated on it) is replayed from its record, no Python. Its first replay with
+# the merged estimator (the unseen figure, README "Accuracy") left 4 of 240 cases over 2 % (worst
+# -7.55 %); their patterns were fixed on new tuning cases of other shapes, and it is now gated at
+# 2 % like the check set (MEMFIT_HOLDOUT_TOLERANCE), no longer unseen evidence.
+# The second holdout set (cpu_holdout2.json, seed 20261126) was drawn and measured after those
+# fixes, with the estimator of the commit that added it, before any of its estimates was read:
+# the figure to quote. Its first replay left 3 of 160 cases over 2 % (worst -5.41 %); they are
+# not fitted away, and its gate (MEMFIT_HOLDOUT2_TOLERANCE) only catches a regression past that.
 echo "CPU validation, holdout set: replay of data/measurements/cpu-holdout.jsonl"
-./build/native/cli/memfit validate --replay data/measurements/cpu-holdout.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-8}"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
+echo "CPU validation, second holdout set: replay of data/measurements/cpu-holdout2.jsonl"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout2.jsonl --tolerance "${MEMFIT_HOLDOUT2_TOLERANCE:-6}"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null

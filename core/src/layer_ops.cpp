@@ -60,16 +60,6 @@ const Shape TKV = shape(Sym::T, Sym::KV);
 const Shape TI = shape(Sym::T, Sym::I);
 const Shape T1 = shape(Sym::T);
 
-TensorOp* find_mut(OpList& l, std::string_view name) {
-  for (TensorOp& t : l)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-
-OpList::iterator position(OpList& l, std::string_view name) {
-  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
-}
-
 /// LlamaRMSNorm in fp32 [L]: pow(2) [D: saves self, the input], mean, +eps, rsqrt [D: saves
 /// result], x * rsqrt (kept by the weight's mul for the weight gradient [D]), weight * x_hat.
 void rms_norm(OpList& l, std::string_view p) {
@@ -95,6 +85,16 @@ void rotary(OpList& l, bool k) {
 }  // namespace
 
 const FamilyLists kLlamaLists{&decoder_layer, &embedding, &head_and_loss, &edit_input_needs_no_grad};
+
+TensorOp* find_mut(OpList& l, std::string_view name) {
+  for (TensorOp& t : l)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+OpList::iterator position(OpList& l, std::string_view name) {
+  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
+}
 
 const TensorOp* find_op(const OpList& l, std::string_view name) {
   for (const TensorOp& t : l)

@@ -186,5 +186,9 @@ extern const FamilyLists kLlamaLists;
 
 /// The list entry of a name, or nullptr.
 [[nodiscard]] const TensorOp* find_op(const OpList& l, std::string_view name);
+/// The same, to edit it (the families' list edits).
+[[nodiscard]] TensorOp* find_mut(OpList& l, std::string_view name);
+/// Where the entry of a name is (l.end() if none): the place to insert before it.
+[[nodiscard]] OpList::iterator position(OpList& l, std::string_view name);
 
 }  // namespace memfit::sched

@@ -42,16 +42,6 @@ const Shape TKV = shape(Sym::T, Sym::KV);
 const Shape TI = shape(Sym::T, Sym::I);
 const Shape SS = shape(Sym::B, Sym::A, Sym::S, Sym::S);
 
-TensorOp* find_mut(OpList& l, std::string_view name) {
-  for (TensorOp& t : l)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-
-OpList::iterator position(OpList& l, std::string_view name) {
-  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
-}
-
 /// The names of one LayerNorm's entries.
 struct NormNames {
   std::string_view out, mean, rstd;

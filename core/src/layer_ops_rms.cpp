@@ -23,15 +23,6 @@ namespace memfit::sched {
 
 namespace {
 
-TensorOp* entry(OpList& l, std::string_view name) {
-  auto it = std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
-  return it == l.end() ? nullptr : &*it;
-}
-
-OpList::iterator at(OpList& l, std::string_view name) {
-  return std::find_if(l.begin(), l.end(), [&](const TensorOp& t) { return t.name == name; });
-}
-
 /// A Linear under autocast and the tensor it reads: the input is cast when it is fp32.
 struct AutocastLinear {
   std::string_view out, input, input_cast, weight_cast;
@@ -51,19 +42,19 @@ constexpr std::array<AutocastLinear, 8> kAutocastLinears{{
 /// (kept by mm for the input gradient [D]) and, for an fp32 input, this consumer's own cast of it
 /// (kept by mm for the weight gradient [D]; its backward casts the gradient back to fp32).
 void autocast_linear(OpList& l, const AutocastLinear& a) {
-  TensorOp* lin = entry(l, a.out);
-  TensorOp* in = entry(l, a.input);
+  TensorOp* lin = find_mut(l, a.out);
+  TensorOp* in = find_mut(l, a.input);
   if (!lin || !in) return;
   const Shape w = lin->weight, x = lin->grad_input;
   const bool cast_input = in->dtype != Dt::Half;
   lin->dtype = Dt::Half;
   lin->grad_dtype = Dt::Half;
-  auto pos = at(l, a.out);
+  auto pos = position(l, a.out);
   if (!w.empty) pos = l.insert(pos, {a.weight_cast, "_to_copy", w, Dt::Half, true, {}, kNone}) + 1;
   if (!cast_input) return;
   l.insert(pos, {a.input_cast, "_to_copy", x, Dt::Half, !w.empty, a.out, x});
   // the fp32 input is read only by the casts now: it dies after the last one
-  in = entry(l, a.input);
+  in = find_mut(l, a.input);
   in->saved = false;
   in->dies_after = a.input_cast;
 }
@@ -78,7 +69,7 @@ void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const 
   // half x_hat promotes the output back to fp32 (the model dtype there) [A]
   const bool half_in = s.half || s.autocast;
   const Dt half = s.autocast ? Dt::Half : Dt::Model;
-  TensorOp* p = entry(l, proj);
+  TensorOp* p = find_mut(l, proj);
   const std::string_view reader_end = p->dies_after;
   p->saved = !half_in;  // fp32: pow keeps its input
   p->dies_after = half_in ? n[0] : std::string_view{};
@@ -90,7 +81,7 @@ void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const 
   e.push_back({n[4], "mul", width, Dt::F32, s.full && !half_in, {}, width, kNone, Dt::Model, Dt::F32});
   if (half_in) e.push_back({n[5], "_to_copy", width, half, s.full, {}, width, kNone, Dt::Model, half});
   e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, shape(Sym::HeadDim)});
-  l.insert(at(l, proj) + 1, e.begin(), e.end());
+  l.insert(position(l, proj) + 1, e.begin(), e.end());
 }
 
 void qwen3_layer(OpList& l, const LayerSetup& s) {
@@ -108,24 +99,24 @@ void qwen3_layer(OpList& l, const LayerSetup& s) {
 void phi3_layer(OpList& l, const LayerSetup& s) {
   (void)s;
   const Shape TH = shape(Sym::T, Sym::H);
-  *entry(l, "q_proj.out") = {"qkv_proj.out", "linear", shape(Sym::T, Sym::QKV), Dt::Model, true, {}, TH,
+  *find_mut(l, "q_proj.out") = {"qkv_proj.out", "linear", shape(Sym::T, Sym::QKV), Dt::Model, true, {}, TH,
                              shape(Sym::H, Sym::QKV)};
-  l.erase(at(l, "k_proj.out"));
-  l.erase(at(l, "v_proj.out"));
+  l.erase(position(l, "k_proj.out"));
+  l.erase(position(l, "v_proj.out"));
   for (bool k : {false, true}) {
     const std::string_view rot = k ? "k.rot" : "q.rot", sum = k ? "k.rot_sum" : "q.rot_sum";
-    TensorOp r = *entry(l, rot);
-    entry(l, k ? "k.mul_cos" : "q.mul_cos")->dies_after = sum;
-    TensorOp* t = entry(l, rot);
+    TensorOp r = *find_mut(l, rot);
+    find_mut(l, k ? "k.mul_cos" : "q.mul_cos")->dies_after = sum;
+    TensorOp* t = find_mut(l, rot);
     t->name = sum, t->saved = false, t->dies_after = rot;
     r.op = "cat";
-    l.insert(at(l, sum) + 1, r);
+    l.insert(position(l, sum) + 1, r);
   }
-  l.erase(at(l, "gate_proj.out"));
-  *entry(l, "up_proj.out") = {"gate_up_proj.out", "linear", shape(Sym::T, Sym::TwoI), Dt::Model, true, {}, TH,
+  l.erase(position(l, "gate_proj.out"));
+  *find_mut(l, "up_proj.out") = {"gate_up_proj.out", "linear", shape(Sym::T, Sym::TwoI), Dt::Model, true, {}, TH,
                               shape(Sym::H, Sym::TwoI)};
   // order of the forward: gate_up, then silu of its gate half, then the product
-  std::rotate(at(l, "mlp.act"), at(l, "gate_up_proj.out"), at(l, "gate_up_proj.out") + 1);
+  std::rotate(position(l, "mlp.act"), position(l, "gate_up_proj.out"), position(l, "gate_up_proj.out") + 1);
 }
 
 /// GemmaRMSNorm [G]: (x_hat * (1 + weight)) in fp32, then cast to the input's dtype. A trained
@@ -135,9 +126,9 @@ void gemma_norms(OpList& l, const LayerSetup& s) {
   if (!s.half) return;  // fp32: the same tensors as LlamaRMSNorm
   for (std::string_view n : {"norm1", "norm2"}) {
     const bool first = n == "norm1";
-    TensorOp* x_hat = entry(l, first ? "norm1.x_hat" : "norm2.x_hat");
-    TensorOp* prod = entry(l, first ? "norm1.x_hat_half" : "norm2.x_hat_half");
-    TensorOp* out = entry(l, first ? "norm1.out" : "norm2.out");
+    TensorOp* x_hat = find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat");
+    TensorOp* prod = find_mut(l, first ? "norm1.x_hat_half" : "norm2.x_hat_half");
+    TensorOp* out = find_mut(l, first ? "norm1.out" : "norm2.out");
     if (!x_hat || !prod || !out) continue;
     x_hat->saved = s.full;
     *prod = {first ? "norm1.scaled" : "norm2.scaled", "mul", prod->shape, Dt::F32, false, {}, prod->shape, kNone,
@@ -149,14 +140,14 @@ void gemma_norms(OpList& l, const LayerSetup& s) {
 /// GemmaTextScaledWordEmbedding [G]: the lookup times sqrt(hidden) is a second [T, h] tensor; the
 /// lookup dies with the product (mul by a constant keeps nothing that needs a gradient [D]).
 void gemma_embedding(OpList& l, const LayerSetup&) {
-  TensorOp* out = entry(l, "embed.out");
+  TensorOp* out = find_mut(l, "embed.out");
   TensorOp lookup = *out;
   lookup.name = "embed.lookup";
   lookup.dies_after = {};
   lookup.weight = kNone;
   out->op = "mul";
   out->grad_input = lookup.shape;
-  l.insert(at(l, "embed.out"), lookup);
+  l.insert(position(l, "embed.out"), lookup);
 }
 
 void gemma_head(OpList& l, const LayerSetup& s) { gemma_norms(l, s); }
@@ -168,17 +159,17 @@ void gemma_head(OpList& l, const LayerSetup& s) { gemma_norms(l, s); }
 void phi3_attention_layout(OpList& l, const LayerSetup& s) {
   const Shape TQ = shape(Sym::T, Sym::Q), TKV = shape(Sym::T, Sym::KV);
   if (s.eager) {
-    TensorOp* qkv = entry(l, "qkv_proj.out");
+    TensorOp* qkv = find_mut(l, "qkv_proj.out");
     qkv->saved = false;
     qkv->dies_after = "attn.v_contig";
-    l.insert(at(l, "attn.scores"), {"attn.v_contig", "clone", TKV, Dt::Model, true, {}, TKV});
+    l.insert(position(l, "attn.scores"), {"attn.v_contig", "clone", TKV, Dt::Model, true, {}, TKV});
     return;
   }
-  TensorOp* flash = entry(l, "attn.out");
+  TensorOp* flash = find_mut(l, "attn.out");
   TensorOp copy = *flash;
   flash->name = "attn.flash";
   copy.op = "clone";
-  l.insert(at(l, "attn.lse") + 1, copy);
+  l.insert(position(l, "attn.lse") + 1, copy);
   (void)TQ;
 }
 
@@ -188,7 +179,7 @@ void phi3_attention_layout(OpList& l, const LayerSetup& s) {
 void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::string_view reader,
                     const std::array<std::string_view, 7>& n) {
   const Shape TH = shape(Sym::T, Sym::H), T1 = shape(Sym::T);
-  TensorOp* in = entry(l, x);
+  TensorOp* in = find_mut(l, x);
   in->saved = !s.half;  // fp32: pow keeps its input; half: the upcast is what it keeps
   in->dies_after = s.half ? n[0] : std::string_view{};
   OpList e;
@@ -199,7 +190,7 @@ void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::str
   e.push_back({n[4], "mul", TH, Dt::F32, s.full, {}, TH, kNone, Dt::Model, Dt::F32});
   if (s.half) e.push_back({n[5], "mul", TH, Dt::F32, false, {}, TH, kNone, Dt::Model, Dt::F32});
   e.push_back({n[6], s.half ? "_to_copy" : "mul", TH, Dt::Model, false, reader, TH, shape(Sym::H)});
-  l.insert(at(l, x) + 1, e.begin(), e.end());
+  l.insert(position(l, x) + 1, e.begin(), e.end());
 }
 
 /// Gemma2 [G2]: norms after attention and after the MLP, before their residual adds.
@@ -215,12 +206,12 @@ void gemma2_layer(OpList& l, const LayerSetup& s) {
 /// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
 void gemma2_softcap_scores(OpList& l, const LayerSetup& s) {
   gemma_norms(l, s);
-  if (!entry(l, "attn.scores")) return;
+  if (!find_mut(l, "attn.scores")) return;
   const Shape ss = shape(Sym::B, Sym::A, Sym::S, Sym::S);
   const TensorOp e[] = {{"attn.cap_div", "div", ss, Dt::Model, false, {}, ss},
                         {"attn.cap_tanh", "tanh", ss, Dt::Model, true, {}, ss},
                         {"attn.capped", "mul", ss, Dt::Model, false, {}, ss}};
-  l.insert(at(l, "attn.scores") + 1, std::begin(e), std::end(e));
+  l.insert(position(l, "attn.scores") + 1, std::begin(e), std::end(e));
 }
 
 /// Gemma2's embedding: the scaled lookup, and in eager attention a second decoder-wide mask (the
@@ -228,7 +219,7 @@ void gemma2_softcap_scores(OpList& l, const LayerSetup& s) {
 void gemma2_embedding(OpList& l, const LayerSetup& s) {
   gemma_embedding(l, s);
   if (s.eager)
-    l.insert(at(l, "embed.lookup"),
+    l.insert(position(l, "embed.lookup"),
              {"sliding_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone})
         ->checkpoint_input = true;
 }
@@ -237,14 +228,14 @@ void gemma2_embedding(OpList& l, const LayerSetup& s) {
 /// logits are what the model output holds until the loss is computed.
 void gemma2_head(OpList& l, const LayerSetup& s) {
   gemma_norms(l, s);
-  TensorOp* logits = entry(l, "logits");
+  TensorOp* logits = find_mut(l, "logits");
   const Shape tv = logits->shape;
   const std::string_view held = logits->dies_after;
   logits->dies_after = {};
   const TensorOp e[] = {{"logits.cap_div", "div", tv, Dt::Model, false, {}, tv},
                         {"logits.cap_tanh", "tanh", tv, Dt::Model, true, {}, tv},
                         {"logits.capped", "mul", tv, Dt::Model, false, held, tv}};
-  l.insert(at(l, "logits") + 1, std::begin(e), std::end(e));
+  l.insert(position(l, "logits") + 1, std::begin(e), std::end(e));
 }
 
 }  // namespace
@@ -259,26 +250,26 @@ void edit_autocast(OpList& l) {
   // rotary: the half projection times the fp32 cos/sin is fp32 again [L]; SDPA casts q and k to
   // the half dtype and keeps the casts, v is half already [A]
   for (std::string_view n : {"q.mul_cos", "q.mul_sin", "q.rot", "k.mul_cos", "k.mul_sin", "k.rot"})
-    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Model;
+    if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Model;
   for (std::string_view n : {"q.rotate_half", "k.rotate_half"})
-    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Half;
-  if (TensorOp* o = entry(l, "attn.out"); o && o->op != "clone") {
+    if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Half;
+  if (TensorOp* o = find_mut(l, "attn.out"); o && o->op != "clone") {
     o->dtype = Dt::Half;
     o->grad_dtype = Dt::Half;
-    auto pos = at(l, "attn.out");
-    pos = l.insert(pos, {"attn.q_half", "_to_copy", entry(l, "q.rot")->shape, Dt::Half, true, {}, entry(l, "q.rot")->shape});
-    l.insert(pos + 1, {"attn.k_half", "_to_copy", entry(l, "k.rot")->shape, Dt::Half, true, {}, entry(l, "k.rot")->shape});
+    auto pos = position(l, "attn.out");
+    pos = l.insert(pos, {"attn.q_half", "_to_copy", find_mut(l, "q.rot")->shape, Dt::Half, true, {}, find_mut(l, "q.rot")->shape});
+    l.insert(pos + 1, {"attn.k_half", "_to_copy", find_mut(l, "k.rot")->shape, Dt::Half, true, {}, find_mut(l, "k.rot")->shape});
     for (std::string_view n : {"q.rot", "k.rot"}) {
-      TensorOp* t = entry(l, n);
+      TensorOp* t = find_mut(l, n);
       t->saved = false;
       t->dies_after = n == "q.rot" ? "attn.q_half" : "attn.k_half";
     }
   }
   for (std::string_view n : {"mlp.act", "mlp.mul"})
-    if (TensorOp* t = entry(l, n)) t->dtype = Dt::Half, t->grad_dtype = Dt::Half;
+    if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Half, t->grad_dtype = Dt::Half;
   // the logits: ForCausalLMLoss's .float() is a real copy of the half logits
-  if (TensorOp* lg = entry(l, "logits"); lg && !entry(l, "loss.logits_fp32"))
-    l.insert(at(l, "loss.labels"), {"loss.logits_fp32", "_to_copy", lg->shape, Dt::F32, false, {}, lg->shape});
+  if (TensorOp* lg = find_mut(l, "logits"); lg && !find_mut(l, "loss.logits_fp32"))
+    l.insert(position(l, "loss.labels"), {"loss.logits_fp32", "_to_copy", lg->shape, Dt::F32, false, {}, lg->shape});
 }
 
 }  // namespace memfit::sched

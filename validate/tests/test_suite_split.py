@@ -23,6 +23,7 @@ def load(path):
 TUNING = load(make_suite.OUT)["cases"]
 CHECK = load(make_suite.CHECK_OUT)["cases"]
 HOLDOUT = load(make_suite.HOLDOUT_OUT)["cases"]
+HOLDOUT2 = load(make_suite.HOLDOUT2_OUT)["cases"]
 
 
 def key(c):
@@ -46,6 +47,15 @@ def test_holdout_is_its_own_draw_disjoint_from_both_sets():
     def request(c):
         return json.dumps({k: v for k, v in c.items() if k != "name"}, sort_keys=True)
     assert not {request(c) for c in HOLDOUT} & {request(c) for c in TUNING + CHECK}
+
+
+def test_second_holdout_is_its_own_draw_disjoint_from_every_set():
+    assert [key(c) for c in HOLDOUT2] == [key(c) for c in make_suite.holdout2_cases()]
+    assert len(HOLDOUT2) == make_suite.HOLDOUT2
+    assert all(c["name"].startswith("holdout2/") for c in HOLDOUT2)
+    def request(c):
+        return json.dumps({k: v for k, v in c.items() if k != "name"}, sort_keys=True)
+    assert not {request(c) for c in HOLDOUT2} & {request(c) for c in TUNING + CHECK + HOLDOUT}
 
 
 def test_sets_are_disjoint_and_the_fixed_cases_stay_in_tuning():
