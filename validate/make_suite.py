@@ -415,6 +415,20 @@ def pattern_cases():
         shaped("qwen2_moe", "qwen2_moe/h256-L3-V8192/full/amp_bf16/gc/sdpa/b3s192/sgd_momentum", 2, 3, 8192,
                precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
                micro_batch_size=3, sequence_length=192),
+        # LoRA q/v over bf16 weights with checkpointing and CPU SDPA's math path, with and without
+        # accumulation (the layers' recomputed backward as the peak)
+        shaped("biogpt", "biogpt/h256-L3-V2048/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd/gas2", 2, 3, 2048, task="lora",
+               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=3, sequence_length=128, gradient_accumulation_steps=2,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        shaped("biogpt", "biogpt/h256-L3-V2048/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd", 2, 3, 2048, task="lora",
+               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=3, sequence_length=128,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        shaped("biogpt", "biogpt/h384-L2-V1024/lora-r4-qv/bf16/gc/sdpa/b2s192/sgd/gas2", 3, 2, 1024, task="lora",
+               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=2, sequence_length=192, gradient_accumulation_steps=2,
+               lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
     ]
 
 

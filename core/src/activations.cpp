@@ -364,6 +364,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
   u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
   u64 fwd_only_s = 0;  // fwd_s of a forward that is not a recomputation, where larger
+  // CPU SDPA's math path: what is alive as it returns, beyond what the layer keeps (see below);
+  // set only on that path, where it replaces the generic attention moment
+  struct MathLocals {
+    bool on = false;
+    u64 tok = 0, tok_s = 0, layer = 0;  // bytes per token, per token and position, per layer
+  } math;
   // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
   // model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
   // GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
@@ -373,6 +379,26 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // softmax(dtype=combined_logits.dtype) in the model dtype.
   const bool fp32_softmax = m.family != "gpt2" && m.family != "biogpt" &&
                             m.family != "bert" && m.family != "falcon" && !m.attention_sinks;
+  if (cpu_sdpa_math) {
+    // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
+    // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
+    // it), the model's q, k, v; with half inputs their fp32 copies (the locals query_acc,
+    // key_acc, value_acc); the scaled query; the fp32 PV product; with half inputs its cast back
+    // to the input dtype and `attn.to(origin_dtype)`, a half copy of the probabilities returned
+    // beside the output (SDPA drops it only after the call); under is_causal the [s, s] mask
+    // built from ones(L, S).tril() in the query's (fp32) dtype. Measured, peak dump of tuning case
+    // biogpt/h256-L3-V2048/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd/gas2 at that last _to_copy of the
+    // recomputed layer: the first norm's bf16 output, q/v (_to_copy) and k (addmm) bf16,
+    // fp32 _to_copy (3, 8, 128, 32) x3, mul (3, 8, 128, 32), bmm (24, 128, 32), bf16 _to_copy
+    // (3, 8, 128, 32) and (3, 8, 128, 128), where (128, 128). (fp32: to() returns its input.)
+    const bool half_in = p != 4;
+    const u64 qkv = add(qw, add(kw, vw));
+    math.on = true;
+    math.tok = add(add(attn_in.shared ? 0 : mul(norm_out, h), mul(add(p, half_in ? 4 : 0), qkv)),
+                   add(mul(4, qw), mul(add(4, half_in ? p : 0), ow)));
+    math.tok_s = half_in ? mul(p, a) : 0;
+    math.layer = m.causal ? mul(4, s, s) : 0;
+  }
   switch (r.attention) {
     case AttentionImpl::Eager: {
       // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
@@ -810,8 +836,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
     // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
     // holds more [s, s] tensors than the layer keeps)
-    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
-                                     mul(tokens, mlp_saved));
+    // (CPU SDPA's math path: its own locals, listed above, instead of the layer output's two [T, h])
+    const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
+                                      : mul(tokens, 2, d.residual, h);
+    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), around_scores), mul(tokens, mlp_saved));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
