@@ -429,6 +429,19 @@ def pattern_cases():
                precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
                micro_batch_size=2, sequence_length=192, gradient_accumulation_steps=2,
                lora={"rank": 4, "alpha": 8, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        # the same math path in other families with attention dropout: OPT (LoRA q/v), GPTBigCode
+        # (multi-query), GPT-2 under autocast
+        shaped("opt", "opt/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd", 2, 3, 1024, task="lora",
+               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=3, sequence_length=128,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        shaped("gpt_bigcode", "gpt_bigcode/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd", 2, 3, 1024,
+               task="lora", precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=3, sequence_length=128,
+               lora={"rank": 8, "alpha": 16, "targets": ["c_attn"], "dropout": 0.0}),
+        shaped("gpt2", "gpt2/h256-L3-V1024/full/amp_bf16/gc/sdpa/b3s128/sgd", 2, 3, 1024, precision="amp_bf16",
+               attention="sdpa", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=3,
+               sequence_length=128),
     ]
 
 

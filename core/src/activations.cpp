@@ -391,11 +391,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // recomputed layer: the first norm's bf16 output, q/v (_to_copy) and k (addmm) bf16,
     // fp32 _to_copy (3, 8, 128, 32) x3, mul (3, 8, 128, 32), bmm (24, 128, 32), bf16 _to_copy
     // (3, 8, 128, 32) and (3, 8, 128, 128), where (128, 128). (fp32: to() returns its input.)
+    // With fewer K/V heads (Transformers passes enable_gqa when there is no mask),
+    // pre_process_group_query_attention_input repeat_interleaves the fp32 key and value to every
+    // query head: the value copy is the kept v, the key copy one more local (measured, peak dump
+    // of tuning case gpt_bigcode/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd: two fp32
+    // clone (3, 1, 8, 128, 32) next to the scaled (3, 8, 32, 128) key the bmm keeps).
     const bool half_in = p != 4;
     const u64 qkv = add(qw, add(kw, vw));
     math.on = true;
     math.tok = add(add(attn_in.shared ? 0 : mul(norm_out, h), mul(add(p, half_in ? 4 : 0), qkv)),
-                   add(mul(4, qw), mul(add(4, half_in ? p : 0), ow)));
+                   add(mul(gqa ? 8 : 4, qw), mul(add(4, half_in ? p : 0), ow)));
     math.tok_s = half_in ? mul(p, a) : 0;
     math.layer = m.causal ? mul(4, s, s) : 0;
   }
