@@ -442,6 +442,10 @@ def pattern_cases():
         shaped("gpt2", "gpt2/h256-L3-V1024/full/amp_bf16/gc/sdpa/b3s128/sgd", 2, 3, 1024, precision="amp_bf16",
                attention="sdpa", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=3,
                sequence_length=128),
+        shaped("gpt2", "gpt2/h256-L3-V2048/lora-r16-qv/bf16/gc/sdpa/b2s256/sgd", 2, 3, 2048, task="lora",
+               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+               micro_batch_size=2, sequence_length=256,
+               lora={"rank": 16, "alpha": 32, "targets": ["c_attn"], "dropout": 0.0}),
     ]
 
 
