@@ -605,7 +605,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // (post_attention_layernorm, post_feedforward_layernorm): each keeps what a norm keeps.
   const bool post_norms = m.family == "gemma2" || m.family == "gemma3_text";
   if (post_norms) keep_hidden(norm(false));
-  const u64 attn_tail = r.attention == AttentionImpl::Eager ? sub_floor(saved, before_tail) : 0;
+  // (CPU SDPA's math path likewise: o_proj's node has run before the math ops' backward; measured,
+  // peak dump of tuning case biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw at the PV bmm's
+  // backward: neither the fp32 out_proj input nor the residual dropout's fp32 mask of layer 0)
+  const bool unfused_attention = r.attention == AttentionImpl::Eager || cpu_sdpa_math;
+  const u64 attn_tail = unfused_attention ? sub_floor(saved, before_tail) : 0;
 
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = saved;
@@ -947,6 +951,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // gradients are added to it in estimate.cpp before that subtraction)
   out.attention_backward_gross = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
   out.attention_released = attn_released;
+  out.attention_backward_unfused = unfused_attention;
   out.mlp_backward_transient = mlp_bwd;
   out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
   out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);

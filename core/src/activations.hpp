@@ -52,6 +52,8 @@ struct LayerActivations {
   u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off
   u64 attention_released = 0;            ///< saved tensors of the layer (its MLP, the attention block's tail)
                                          ///< already released at the attention block's worst backward moment
+  bool attention_backward_unfused = false;  ///< eager attention or CPU SDPA's math path: the attention's
+                                            ///< backward runs op by op after o_proj's node
   u64 attention_backward_transient = 0;  ///< extra live at the attention block's worst backward moment
                                          ///< (part of the max in backward_transient)
   u64 checkpoint_saved = 0;    ///< kept per layer under full activation checkpointing (its input)

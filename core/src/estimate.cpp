@@ -171,10 +171,12 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
       // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
       // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
-      // gate, up, down and o_proj's). (Fused kernels keep down_proj's gradient only, as before.)
+      // gate, up, down and o_proj's; CPU SDPA's math path alike, biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw:
+      // fc1, fc2 and out_proj's at the PV bmm's backward). (Fused kernels keep down_proj's gradient
+      // only, as before.)
       // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
       // (see head_t).
-      late_grad = ar.attention == AttentionImpl::Eager ? scale(grads_base, late_t, total_t) : down_grad;
+      late_grad = la.attention_backward_unfused ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
     // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
