@@ -415,6 +415,14 @@ def pattern_cases():
         shaped("qwen2_moe", "qwen2_moe/h256-L3-V8192/full/amp_bf16/gc/sdpa/b3s192/sgd_momentum", 2, 3, 8192,
                precision="amp_bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd_momentum",
                micro_batch_size=3, sequence_length=192),
+        # MoE full training in bf16 with checkpointing and plain SGD: the recomputed MoE layer's
+        # backward (routed tensors, the fused expert stacks' gradients) as the peak
+        shaped("mixtral", "mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd", 3, 2, 4096, precision="bf16",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2,
+               sequence_length=128),
+        shaped("mixtral", "mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd", 4, 2, 2048, precision="bf16",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=4,
+               sequence_length=64),
     ]
 
 

@@ -157,23 +157,29 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
           adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
       down_grad = late_grad = scale(rs.grads, adapter_t, total_t);
     }
-    if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen &&
+    const bool moe = m.groups[i].moe;
+    if (r.task == Task::Full && !m.groups[i].frozen &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
       u64 down_t = 0, late_t = 0;
       for (const Linear& lin : m.groups[i].linears) {
-        if (lin.routed) continue;
+        if (lin.routed && !moe) continue;
         if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
         if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
           late_t = add(late_t, lin.params());
       }
       const u64 grads_base = fsdp2_units && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
-      if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
+      if (!post_ff_norm && !moe) down_grad = scale(grads_base, down_t, total_t);
       // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
       // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
       // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
       // gate, up, down and o_proj's). (Fused kernels keep down_proj's gradient only, as before.)
       // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
       // (see head_t).
+      // MoE blocks (eager): the fused expert stacks' and the router's gradients too, made by the
+      // block's backward before the attention's (measured, peak dump of tuning case
+      // mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd: layer 0's [4, 2688, 384] and
+      // [4, 384, 1344] bf16 _grouped_mm gradients, the router's and o_proj's at
+      // _softmax_backward_data). Their MLP moments keep the earlier bound (no down_grad).
       late_grad = ar.attention == AttentionImpl::Eager ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
