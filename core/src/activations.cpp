@@ -859,6 +859,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
     mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
     mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
+    // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient
+    // [S, h] and then the weight gradient of the whole stack [E, h, 2i] next to d(gate_up) [S, 2i];
+    // by then the block's nodes after it have released gate_up's output, the activation's, act * up
+    // and the down output. Measured, peak dump of tuning case
+    // mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd at the recomputed layer 0's _grouped_mm:
+    // the bf16 [4, 3584, 512] weight gradient, cat [512, 3584], _grouped_mm [512, 512] and the
+    // gathered input beside down_proj's [4, 512, 1792] gradient (estimate.cpp adds the latter).
+    if (full && !g.experts_on_every_token) {
+      u64 stack = 0;
+      for (const Linear& l : g.linears)
+        if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
+      const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
+      const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
+      const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
+      out.moe_weight_grad_moment = sub_floor(made, released);
+    }
   }
   if (!g.moe) {
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)
