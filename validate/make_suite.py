@@ -423,6 +423,13 @@ def pattern_cases():
         shaped("mixtral", "mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd", 4, 2, 2048, precision="bf16",
                attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=4,
                sequence_length=64),
+        # LoRA on every linear of a parallel-attention block, fp32, no checkpointing, accumulation
+        shaped("falcon", "falcon/h256-L3-V4096/lora-r8-all/fp32/nogc/eager/b3s128/adamw/gas2", 2, 3, 4096,
+               task="lora", attention="eager", micro_batch_size=3, sequence_length=128,
+               gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("falcon", "falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2", 4, 2, 1024,
+               task="lora", attention="eager", micro_batch_size=2, sequence_length=160,
+               gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 

@@ -446,6 +446,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       }
       saved_s = add(saved_s, mul(a, probs));
       fwd_s = mul(2, p, a);
+      // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
+      // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
+      // in its local while softmax runs on the masked sum: three [b, nh, s, s] at once (measured,
+      // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
+      // at the last layer's _softmax: fp32 bmm, add and _softmax outputs, [2, 64, 160, 160] each)
+      if (m.family == "falcon" && !m.alibi) fwd_s = mul(3, p, a);
       // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
       // softmax, the half scores and masked scores, the fp32 copy and the softmax output
       // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
@@ -579,6 +585,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = saved;
   u64 mlp_norm = 0;  // what the sequential block's second norm keeps
+  u64 mlp_pre_attn = 0;  // of the MLP's saved tensors, those made before the attention runs
   if (!m.parallel_block) {
     // NeoX / Falcon-40B read the same residual through both norms: its copy is kept once
     // (RMSNorm on half inputs makes separate fp32 copies).
@@ -588,6 +595,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     keep_hidden(mlp_in.extra);
     if (mlp_in.shared) keep_hidden(mul(norm_out, h));
     held_by_ctx(mlp_in, mul(norm_out, h));
+    // FalconDecoderLayer with num_ln_in_parallel_attn == 2 runs ln_mlp before the attention
+    // (modeling_falcon.py), so what it keeps is alive at the attention's forward moment (measured,
+    // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
+    // at the last layer's _softmax: both norms' [2, 160, 512] outputs of that layer). GPT-NeoX
+    // calls post_attention_layernorm after its attention.
+    if (m.family == "falcon" && m.parallel_two_norms)
+      mlp_pre_attn = add(mlp_norm, mlp_in.shared ? mul(norm_out, h) : 0);
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 merged_grad = 0;      // PEFT-parametrised experts: the worst merged-weight gradient moment (below)
@@ -810,12 +824,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
     // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
     // holds more [s, s] tensors than the layer keeps)
+    const u64 mlp_after_attn = sub_floor(mlp_saved, mlp_pre_attn);
     const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
-                                     mul(tokens, mlp_saved));
+                                     mul(tokens, mlp_after_attn));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
-                                                                 mul(tokens, mlp_saved))
+                                                                 mul(tokens, mlp_after_attn))
                                                        : attn_point;
       out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
       out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
