@@ -430,6 +430,12 @@ def pattern_cases():
         shaped("falcon", "falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2", 4, 2, 1024,
                task="lora", attention="eager", micro_batch_size=2, sequence_length=160,
                gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        # the same moments in half precision and without checkpointing (Falcon full bf16 at many
+        # narrow heads; Qwen2-MoE full fp32 with its shared expert)
+        shaped("falcon", "falcon/h384-L3-V2048/full/bf16/nogc/eager/b4s128/sgd", 3, 3, 2048, precision="bf16",
+               attention="eager", optimizer="sgd", micro_batch_size=4, sequence_length=128),
+        shaped("qwen2_moe", "qwen2_moe/h384-L2-V2048/full/fp32/nogc/eager/b2s96/sgd", 3, 2, 2048,
+               attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=96),
     ]
 
 
