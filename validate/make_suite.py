@@ -446,6 +446,27 @@ def pattern_cases():
                precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
                micro_batch_size=2, sequence_length=256,
                lora={"rank": 16, "alpha": 32, "targets": ["c_attn"], "dropout": 0.0}),
+        # MoE full training in bf16 with checkpointing and plain SGD: the recomputed MoE layer's
+        # backward (routed tensors, the fused expert stacks' gradients) as the peak
+        shaped("mixtral", "mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd", 3, 2, 4096, precision="bf16",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2,
+               sequence_length=128),
+        shaped("mixtral", "mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd", 4, 2, 2048, precision="bf16",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=4,
+               sequence_length=64),
+        # LoRA on every linear of a parallel-attention block, fp32, no checkpointing, accumulation
+        shaped("falcon", "falcon/h256-L3-V4096/lora-r8-all/fp32/nogc/eager/b3s128/adamw/gas2", 2, 3, 4096,
+               task="lora", attention="eager", micro_batch_size=3, sequence_length=128,
+               gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("falcon", "falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2", 4, 2, 1024,
+               task="lora", attention="eager", micro_batch_size=2, sequence_length=160,
+               gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        # the same moments in half precision and without checkpointing (Falcon full bf16 at many
+        # narrow heads; Qwen2-MoE full fp32 with its shared expert)
+        shaped("falcon", "falcon/h384-L3-V2048/full/bf16/nogc/eager/b4s128/sgd", 3, 3, 2048, precision="bf16",
+               attention="eager", optimizer="sgd", micro_batch_size=4, sequence_length=128),
+        shaped("qwen2_moe", "qwen2_moe/h384-L2-V2048/full/fp32/nogc/eager/b2s96/sgd", 3, 2, 2048,
+               attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=96),
     ]
 
 

@@ -477,6 +477,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       }
       saved_s = add(saved_s, mul(a, probs));
       fwd_s = mul(2, p, a);
+      // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
+      // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
+      // in its local while softmax runs on the masked sum: three [b, nh, s, s] at once (measured,
+      // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
+      // at the last layer's _softmax: fp32 bmm, add and _softmax outputs, [2, 64, 160, 160] each)
+      if (m.family == "falcon" && !m.alibi) fwd_s = mul(3, p, a);
       // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
       // softmax, the half scores and masked scores, the fp32 copy and the softmax output
       // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
@@ -614,6 +620,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = saved;
   u64 mlp_norm = 0;  // what the sequential block's second norm keeps
+  u64 mlp_pre_attn = 0;  // of the MLP's saved tensors, those made before the attention runs
   if (!m.parallel_block) {
     // NeoX / Falcon-40B read the same residual through both norms: its copy is kept once
     // (RMSNorm on half inputs makes separate fp32 copies).
@@ -623,6 +630,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     keep_hidden(mlp_in.extra);
     if (mlp_in.shared) keep_hidden(mul(norm_out, h));
     held_by_ctx(mlp_in, mul(norm_out, h));
+    // FalconDecoderLayer with num_ln_in_parallel_attn == 2 runs ln_mlp before the attention
+    // (modeling_falcon.py), so what it keeps is alive at the attention's forward moment (measured,
+    // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
+    // at the last layer's _softmax: both norms' [2, 160, 512] outputs of that layer). GPT-NeoX
+    // calls post_attention_layernorm after its attention.
+    if (m.family == "falcon" && m.parallel_two_norms)
+      mlp_pre_attn = add(mlp_norm, mlp_in.shared ? mul(norm_out, h) : 0);
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 merged_grad = 0;      // PEFT-parametrised experts: the worst merged-weight gradient moment (below)
@@ -848,11 +862,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // (CPU SDPA's math path: its own locals, listed above, instead of the layer output's two [T, h])
     const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
                                       : mul(tokens, 2, d.residual, h);
-    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), around_scores), mul(tokens, mlp_saved));
+    const u64 mlp_after_attn = sub_floor(mlp_saved, mlp_pre_attn);
+    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), around_scores),
+                                     mul(tokens, mlp_after_attn));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
       const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
-                                                                 mul(tokens, mlp_saved))
+                                                                 mul(tokens, mlp_after_attn))
                                                        : attn_point;
       out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
       out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
@@ -896,6 +912,22 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
     mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
     mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
+    // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient
+    // [S, h] and then the weight gradient of the whole stack [E, h, 2i] next to d(gate_up) [S, 2i];
+    // by then the block's nodes after it have released gate_up's output, the activation's, act * up
+    // and the down output. Measured, peak dump of tuning case
+    // mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd at the recomputed layer 0's _grouped_mm:
+    // the bf16 [4, 3584, 512] weight gradient, cat [512, 3584], _grouped_mm [512, 512] and the
+    // gathered input beside down_proj's [4, 512, 1792] gradient (estimate.cpp adds the latter).
+    if (full && !g.experts_on_every_token) {
+      u64 stack = 0;
+      for (const Linear& l : g.linears)
+        if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
+      const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
+      const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
+      const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
+      out.moe_weight_grad_moment = sub_floor(made, released);
+    }
   }
   if (!g.moe) {
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)

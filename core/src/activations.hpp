@@ -49,6 +49,8 @@ struct LayerActivations {
                                          ///< gradient made, its saved tensors not yet released)
   u64 moe_backward_start = 0;            ///< MoE block: extra live at its first backward nodes (the
                                          ///< weighted slot sum, the gathers), before any weight gradient
+  u64 moe_weight_grad_moment = 0;        ///< trained fused experts: extra live at gate_up's weight gradient
+                                         ///< (the new [E, h, 2i] stack gradient; the layer's own .grad not included)
   u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off
   u64 attention_released = 0;            ///< saved tensors of the layer (its MLP, the attention block's tail)
                                          ///< already released at the attention block's worst backward moment

@@ -105,7 +105,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
   struct Run {
-    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads, mlp_at_down;
+    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads, mlp_at_down,
+        moe_wgrad, moe_down_grad;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -122,7 +123,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       la.forward_transient = la.recompute_transient = la.inference_transient;
       la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
       la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
-      la.attention_backward_gross = la.attention_released = 0;
+      la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = 0;
     }
     const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
@@ -143,7 +144,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
     // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
     // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
-    u64 down_grad = 0, late_grad = 0;
+    u64 down_grad = 0, late_grad = 0, moe_down_grad = 0;
     // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
     // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
     // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
@@ -157,17 +158,21 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
           adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
       down_grad = late_grad = scale(rs.grads, adapter_t, total_t);
     }
-    if (r.task == Task::Full && !m.groups[i].moe && !m.groups[i].frozen &&
+    const bool moe = m.groups[i].moe;
+    if (r.task == Task::Full && !m.groups[i].frozen &&
         (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
-      u64 down_t = 0, late_t = 0;
+      u64 down_t = 0, late_t = 0, routed_down_t = 0;
       for (const Linear& lin : m.groups[i].linears) {
-        if (lin.routed) continue;
+        if (lin.routed && !moe) continue;
+        if (lin.routed && lin.input == LinearInput::MlpHidden) routed_down_t = add(routed_down_t, lin.params());
         if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
         if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
           late_t = add(late_t, lin.params());
       }
       const u64 grads_base = fsdp2_units && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
-      if (!post_ff_norm) down_grad = scale(grads_base, down_t, total_t);
+      if (!post_ff_norm && !moe) down_grad = scale(grads_base, down_t, total_t);
+      // trained fused experts: the down stack's gradient at gate_up's weight-gradient moment
+      if (moe) moe_down_grad = scale(grads_base, routed_down_t, total_t);
       // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
       // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
       // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
@@ -176,6 +181,11 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // only, as before.)
       // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
       // (see head_t).
+      // MoE blocks (eager): the fused expert stacks' and the router's gradients too, made by the
+      // block's backward before the attention's (measured, peak dump of tuning case
+      // mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd: layer 0's [4, 2688, 384] and
+      // [4, 384, 1344] bf16 _grouped_mm gradients, the router's and o_proj's at
+      // _softmax_backward_data). Their MLP moments keep the earlier bound (no down_grad).
       late_grad = la.attention_backward_unfused ? scale(grads_base, late_t, total_t) : down_grad;
     }
     // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
@@ -218,7 +228,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       mlp_at_down = std::max(mlp_at_down, start);
     }
     runs.push_back({count, kept, la.recomputed, la.backward_transient, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
-                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down});
+                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down,
+                    la.moe_weight_grad_moment, moe_down_grad});
     A = add(A, mul(count, kept));
     ctx_graph = add(ctx_graph, mul(count, mul(in_flight, la.checkpoint_ctx_held)));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
@@ -448,8 +459,12 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // backward temporaries).
       // (the attention moment: its transients and gradients, less what the layer's MLP and the
       // attention block's tail have released by then)
-      const u64 bwd_t = grads_grow ? std::max(add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released))
-                                   : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released)});
+      // (trained fused experts: also gate_up's weight-gradient moment, activations.cpp; with
+      // gradients kept the down stack's is accumulated by then)
+      const u64 bwd_t = grads_grow ? std::max({add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released),
+                                             g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0})
+                                   : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released),
+                                               g.moe_wgrad});
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
       p.parts["temporary_buffers"] = add(layer_t, role.head ? head_waiting : 0);
