@@ -75,14 +75,18 @@ rm -rf "$cases_dir"
 # the merged estimator (the unseen figure, README "Accuracy") left 4 of 240 cases over 2 % (worst
 # -7.55 %); their patterns were fixed on new tuning cases of other shapes, and it is now gated at
 # 2 % like the check set (MEMFIT_HOLDOUT_TOLERANCE), no longer unseen evidence.
-# The second holdout set (cpu_holdout2.json, seed 20261126) was drawn and measured after those
-# fixes, with the estimator of the commit that added it, before any of its estimates was read:
-# the figure to quote. Its first replay left 3 of 160 cases over 2 % (worst -5.41 %); they are
-# not fitted away, and its gate (MEMFIT_HOLDOUT2_TOLERANCE) only catches a regression past that.
+# Later draws (validate/make_suite.py LATER_HOLDOUTS) replaced it in turn: cpu_holdout2.json
+# (3 of 160 over 2 % at its first replay; their patterns then fixed on new tuning cases, so it is
+# gated at 2 % too) and cpu_holdout3.json, drawn and measured after that, before any of its
+# estimates was read: the figure to quote. Its first replay left 2 of 160 over 2 % (worst
+# -9.90 %); they are not fitted away, and its gate (MEMFIT_HOLDOUT3_TOLERANCE) only catches a
+# regression past that.
 echo "CPU validation, holdout set: replay of data/measurements/cpu-holdout.jsonl"
 ./build/native/cli/memfit validate --replay data/measurements/cpu-holdout.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
-echo "CPU validation, second holdout set: replay of data/measurements/cpu-holdout2.jsonl"
-./build/native/cli/memfit validate --replay data/measurements/cpu-holdout2.jsonl --tolerance "${MEMFIT_HOLDOUT2_TOLERANCE:-6}"
+echo "CPU validation, holdout set 2: replay of data/measurements/cpu-holdout2.jsonl"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout2.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
+echo "CPU validation, holdout set 3: replay of data/measurements/cpu-holdout3.jsonl"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout3.jsonl --tolerance "${MEMFIT_HOLDOUT3_TOLERANCE:-10}"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null

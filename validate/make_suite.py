@@ -39,11 +39,17 @@ GENERATED = 400
 # it no longer tells how the estimator does on cases nobody looked at. Same draw, its own seed.
 HOLDOUT_SEED = 20261125
 HOLDOUT = 240
-# The second holdout draw (data/validation/README.md "Why a holdout set"): the first one's four
-# misses were opened and fixed on 2026-11-24, so a new seed replaced it as the figure to quote.
-HOLDOUT2_OUT = os.path.join(ROOT, "data", "validation", "cpu_holdout2.json")
-HOLDOUT2_SEED = 20261126
-HOLDOUT2 = 160
+# Later holdout draws (data/validation/README.md "Why a holdout set"): when a draw's misses have
+# been opened and fixed, a new seed replaces it as the figure to quote. Each row: the set's number
+# (file cpu_holdout<n>.json, names "holdout<n>/"), its seed, its size, when it was measured.
+LATER_HOLDOUTS = [
+    (2, 20261126, 160, "after the first holdout set's misses were fixed"),
+    (3, 20261127, 160, "after the second holdout set's misses were fixed"),
+]
+
+
+def later_holdout_path(n):
+    return os.path.join(ROOT, "data", "validation", f"cpu_holdout{n}.json")
 TUNING_SHARE = 0.25
 # one step's forward+backward FLOPs at most (about 1-5 s on one CPU thread, fp32 or bf16)
 FLOP_BUDGET = 40e9
@@ -504,8 +510,9 @@ def holdout_cases(seed=HOLDOUT_SEED, count=HOLDOUT, prefix="holdout/"):
     return cases
 
 
-def holdout2_cases():
-    return holdout_cases(HOLDOUT2_SEED, HOLDOUT2, "holdout2/")
+def later_holdout_cases(n):
+    _, seed, count, _ = next(row for row in LATER_HOLDOUTS if row[0] == n)
+    return holdout_cases(seed, count, f"holdout{n}/")
 
 
 def other_generators():
@@ -543,10 +550,11 @@ def main():
                        f"check set with their own seed ({HOLDOUT_SEED}), measured before the formula changes of "
                        "2026-11-24 were evaluated on them. Never used to tune a formula, never looked at case by "
                        "case before a release (data/validation/README.md).", holdout_cases())
-    write(HOLDOUT2_OUT, f"memfit CPU validation suite, second holdout set: {HOLDOUT2} shape-randomised cases drawn like "
-                        f"the check set with their own seed ({HOLDOUT2_SEED}), measured on 2026-11-24 after the first "
-                        "holdout set's misses were fixed, before any estimate of them was read. Never used to tune a "
-                        "formula (data/validation/README.md).", holdout2_cases())
+    for n, seed, count, when in LATER_HOLDOUTS:
+        write(later_holdout_path(n), f"memfit CPU validation suite, holdout set {n}: {count} shape-randomised cases drawn "
+                                     f"like the check set with their own seed ({seed}), measured on 2026-11-24 {when}, "
+                                     "before any estimate of them was read. Never used to tune a formula "
+                                     "(data/validation/README.md).", later_holdout_cases(n))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ def load(path):
 TUNING = load(make_suite.OUT)["cases"]
 CHECK = load(make_suite.CHECK_OUT)["cases"]
 HOLDOUT = load(make_suite.HOLDOUT_OUT)["cases"]
-HOLDOUT2 = load(make_suite.HOLDOUT2_OUT)["cases"]
+LATER_HOLDOUTS = {n: load(make_suite.later_holdout_path(n))["cases"] for n, *_ in make_suite.LATER_HOLDOUTS}
 
 
 def key(c):
@@ -49,13 +49,17 @@ def test_holdout_is_its_own_draw_disjoint_from_both_sets():
     assert not {request(c) for c in HOLDOUT} & {request(c) for c in TUNING + CHECK}
 
 
-def test_second_holdout_is_its_own_draw_disjoint_from_every_set():
-    assert [key(c) for c in HOLDOUT2] == [key(c) for c in make_suite.holdout2_cases()]
-    assert len(HOLDOUT2) == make_suite.HOLDOUT2
-    assert all(c["name"].startswith("holdout2/") for c in HOLDOUT2)
+def test_later_holdouts_are_their_own_draws_disjoint_from_every_set():
     def request(c):
         return json.dumps({k: v for k, v in c.items() if k != "name"}, sort_keys=True)
-    assert not {request(c) for c in HOLDOUT2} & {request(c) for c in TUNING + CHECK + HOLDOUT}
+    earlier = {request(c) for c in TUNING + CHECK + HOLDOUT}
+    for n, _, count, _ in make_suite.LATER_HOLDOUTS:
+        cases = LATER_HOLDOUTS[n]
+        assert [key(c) for c in cases] == [key(c) for c in make_suite.later_holdout_cases(n)]
+        assert len(cases) == count and all(c["name"].startswith(f"holdout{n}/") for c in cases)
+        requests = {request(c) for c in cases}
+        assert not requests & earlier
+        earlier |= requests
 
 
 def test_sets_are_disjoint_and_the_fixed_cases_stay_in_tuning():
