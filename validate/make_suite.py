@@ -473,6 +473,16 @@ def pattern_cases():
                attention="eager", optimizer="sgd", micro_batch_size=4, sequence_length=128),
         shaped("qwen2_moe", "qwen2_moe/h384-L2-V2048/full/fp32/nogc/eager/b2s96/sgd", 3, 2, 2048,
                attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=96),
+        # GPT-NeoX's fused query_key_value, fp32 eager attention without checkpointing at long
+        # sequences over few narrow heads (LoRA q/v and full fine-tuning)
+        shaped("gpt_neox", "gpt_neox/h64-L2-V4096/lora-r8-qv/fp32/nogc/eager/b1s640/adamw_fused", 0.5, 2, 4096,
+               task="lora", attention="eager", optimizer="adamw_fused", micro_batch_size=1, sequence_length=640,
+               lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
+        shaped("gpt_neox", "gpt_neox/h128-L2-V1024/lora-r16-qv/fp32/nogc/eager/b2s512/adamw", 1, 2, 1024,
+               task="lora", attention="eager", micro_batch_size=2, sequence_length=512,
+               lora={"rank": 16, "alpha": 32, "targets": ["query_key_value"], "dropout": 0.0}),
+        shaped("gpt_neox", "gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/adamw_fused", 0.5, 4, 1024,
+               attention="eager", optimizer="adamw_fused", micro_batch_size=1, sequence_length=896),
     ]
 
 

@@ -73,7 +73,7 @@ bool upcasts_qk(const std::string& family) {
 
 /// Families whose eager v is a view of the fused q/k/v projection's output (no copy of its own).
 bool v_view_of_fused_qkv(const std::string& family) {
-  static const std::set<std::string> view{"codegen"};
+  static const std::set<std::string> view{"codegen", "gpt_neox"};
   return view.count(family) > 0;
 }
 
@@ -430,7 +430,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
       // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
       // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
-      // established).
+      // established). GPT-NeoX's v is such a view too (modeling_gpt_neox.py: query_key_value's
+      // output viewed [b, s, heads, 3d], transposed, chunked), so its whole output stays as well
+      // (measured, peak dump of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/
+      // adamw_fused: each layer's fp32 [896, 192] addmm alive at the loss backward, no v copy).
       const bool v_views_fused = v_view_of_fused_qkv(m.family) && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
       v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
       const u64 vv = add(vv_own, v_excess);

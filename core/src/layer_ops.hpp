@@ -154,6 +154,7 @@ struct LayerSetup {
   bool checkpointing = false;  ///< gradient checkpointing (PEFT then makes the embeddings' output need a gradient)
   bool logits_fp32_in_model = false;  ///< the model casts its logits to fp32 (CodeGen, GPT-Neo)
   bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
+  bool one_sequence = false;  ///< micro-batch 1: torch.matmul folds [b, heads] of a strided view without a copy
   const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
 };
 

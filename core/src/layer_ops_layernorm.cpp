@@ -601,6 +601,26 @@ OpList gptj_layer(const LayerSetup& s) {
   return l;
 }
 
+namespace {
+
+/// GPT-NeoX's v is a chunk of query_key_value's output viewed [b, heads, s, 3d]: at micro-batch 1
+/// matmul folds [1, heads] into bmm's batch dim as a view (the dims merge), so no contiguous copy
+/// is made and the PV matmul keeps the fused output itself until its backward [N][D] (tensor log
+/// of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896: no v copy, qkv kept).
+/// The entry stays, empty, for the gradient of v the PV matmul's backward makes.
+void v_view_of_fused(OpList& l) {
+  TensorOp* v = find_mut(l, "attn.v_copy");
+  v->shape = kNone;
+  v->op = "view";
+  v->saved = false;
+  TensorOp* f = find_mut(l, "qkv.out");
+  f->saved = true;
+  f->dies_after = {};
+  f->released_by = "attn.pv";
+}
+
+}  // namespace
+
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
 /// layer returns [M].
@@ -625,6 +645,7 @@ OpList gpt_neox_layer(const LayerSetup& s) {
   l.push_back({"mlp.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "qkv.out", "dense.out");
+  if (s.eager && s.one_sequence && !s.checkpointing) v_view_of_fused(l);
   if (s.half) {
     // softmax(dtype=float32).to(query.dtype): the half copy is what the PV matmul keeps [N][D]
     if (find_op(l, "attn.softmax")) {

@@ -752,6 +752,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.lora_qv = r.task == Task::Lora && qv;
   s.layer.window_mask = window_mask;
   s.layer.autocast = amp;
+  s.layer.one_sequence = r.micro_batch_size == 1;
   s.layer.family = row->edits;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
             g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
