@@ -483,6 +483,13 @@ def pattern_cases():
                lora={"rank": 16, "alpha": 32, "targets": ["query_key_value"], "dropout": 0.0}),
         shaped("gpt_neox", "gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/adamw_fused", 0.5, 4, 1024,
                attention="eager", optimizer="adamw_fused", micro_batch_size=1, sequence_length=896),
+        shaped("gpt_neox", "gpt_neox/h128-L3-V2048/lora-r8-qv/bf16/nogc/eager/b1s640/adamw", 1, 3, 2048,
+               task="lora", precision="bf16", attention="eager", micro_batch_size=1, sequence_length=640,
+               lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
+        shaped("gpt_neox", "gpt_neox/h64-L3-V2048/lora-r8-qv/fp32/gc/eager/b1s768/adamw_fused", 0.5, 3, 2048,
+               task="lora", attention="eager", optimizer="adamw_fused", gradient_checkpointing=True,
+               micro_batch_size=1, sequence_length=768,
+               lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
     ]
 
 
