@@ -473,6 +473,23 @@ def pattern_cases():
                attention="eager", optimizer="sgd", micro_batch_size=4, sequence_length=128),
         shaped("qwen2_moe", "qwen2_moe/h384-L2-V2048/full/fp32/nogc/eager/b2s96/sgd", 3, 2, 2048,
                attention="eager", optimizer="sgd", micro_batch_size=2, sequence_length=96),
+        # BLOOM full fp32 training with checkpointing at long sequences (alibi scores, fp32 softmax,
+        # the custom GeLU), momentum SGD with and without accumulation, and the same in bf16
+        shaped("bloom", "bloom/h128-L3-V2048/full/fp32/gc/eager/b3s448/sgd_momentum/gas2", 1, 3, 2048,
+               attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum", micro_batch_size=3,
+               sequence_length=448, gradient_accumulation_steps=2),
+        shaped("bloom", "bloom/h256-L4-V1024/full/fp32/gc/eager/b2s384/sgd_momentum", 2, 4, 1024,
+               attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum", micro_batch_size=2,
+               sequence_length=384),
+        shaped("bloom", "bloom/h192-L3-V2048/full/fp32/gc/eager/b4s320/sgd_momentum/gas2", 1.5, 3, 2048,
+               attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum", micro_batch_size=4,
+               sequence_length=320, gradient_accumulation_steps=2),
+        shaped("bloom", "bloom/h128-L3-V2048/full/fp32/gc/eager/b3s448/sgd_momentum", 1, 3, 2048,
+               attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum", micro_batch_size=3,
+               sequence_length=448),
+        shaped("bloom", "bloom/h256-L3-V1024/full/bf16/gc/eager/b2s512/sgd_momentum/gas2", 2, 3, 1024,
+               precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=2, sequence_length=512, gradient_accumulation_steps=2),
     ]
 
 
