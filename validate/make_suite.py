@@ -490,6 +490,12 @@ def pattern_cases():
         shaped("bloom", "bloom/h256-L3-V1024/full/bf16/gc/eager/b2s512/sgd_momentum/gas2", 2, 3, 1024,
                precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum",
                micro_batch_size=2, sequence_length=512, gradient_accumulation_steps=2),
+        shaped("bloom", "bloom/h128-L3-V1024/lora-r8-qkv/fp32/gc/eager/b2s512/sgd", 1, 3, 1024, task="lora",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2,
+               sequence_length=512, lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
+        shaped("bloom", "bloom/h192-L3-V1024/full/amp_bf16/gc/eager/b2s384/sgd_momentum", 1.5, 3, 1024,
+               precision="amp_bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum",
+               micro_batch_size=2, sequence_length=384),
     ]
 
 

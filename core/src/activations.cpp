@@ -86,29 +86,31 @@ bool window_from_buffer(const std::string& family) {
 
 /// BloomAttention.forward (modeling_bloom.py, eager only) in a forward without saving (a
 /// checkpointed layer, prefill): beyond hidden_live's four [T, h] (inputs_embeds, the layer input,
-/// the normed input and the residual add's output, which at (a) does not exist yet) it holds the fused
-/// query_key_value output [T, qkv] as a local beside the per-head copies reshape makes of q, k, v;
-/// the alibi baddbmm scores and the masked scores stay locals to the end; F.softmax(dtype=float32)
-/// copies a half input to fp32 first, and `.to(dtype)` makes a half copy of the probabilities;
-/// every block returns its probabilities and BloomModel's loop keeps `outputs` through the next
-/// block's forward. Two moments: (a) at the softmax (no residual add yet) the scores, the masked
-/// scores, the fp32 copy and softmax and the previous block's probabilities; (b) at the residual
-/// add, the same with the half copy instead of the fp32 input copy, plus the merged context (a
-/// reshape copy) and the dense output. Measured, peak dumps of tuning cases
-/// bloom/h128-L3-V2048/full/fp32/gc/eager/b3s448/sgd_momentum/gas2 at (b): fp32 baddbmm
-/// (12, 448, 448), add and two _softmax (3, 4, 448, 448), addmm (1344, 384), three clone
-/// (3, 4, 448, 32), clone (3, 448, 4, 32), addmm (1344, 128); and
-/// bloom/h256-L3-V1024/full/bf16/gc/eager/b2s512/sgd_momentum/gas2 at (a): bf16 baddbmm, add and
-/// the previous block's _to_copy, fp32 _to_copy and _softmax, [2, 8, 512, 512] each, addmm
-/// (1024, 768) and three clone (2, 8, 512, 32).
+/// the normed input and the residual add's output, which exists only at the end) it holds the
+/// fused query_key_value output [T, qkv] as a local beside the per-head copies reshape makes of q,
+/// k, v. The alibi baddbmm scores (compute dtype) and the masked scores (the mask's dtype, the
+/// residual's: fp32 under autocast) stay locals to the end; F.softmax(dtype=float32) copies a
+/// half input to fp32 first; `.to(dtype)` makes a half copy and frees the fp32 softmax (in fp32
+/// both are the softmax itself); every block returns its probabilities and BloomModel's loop
+/// keeps `outputs` through the next block's forward. Moments: at the softmax (its fp32 input
+/// copy) or at the half copy, beside the previous block's probabilities; at the residual add,
+/// the probabilities plus the merged context (a reshape copy) and the dense output. Measured,
+/// peak dumps of tuning cases bloom/h128-L3-V2048/full/fp32/gc/eager/b3s448/sgd_momentum/gas2 at
+/// the add: fp32 baddbmm (12, 448, 448), add and two _softmax (3, 4, 448, 448), addmm
+/// (1344, 384), three clone (3, 4, 448, 32), clone (3, 448, 4, 32), addmm (1344, 128);
+/// bloom/h256-L3-V1024/full/bf16/gc/eager/b2s512/sgd_momentum/gas2 at _softmax: bf16 baddbmm, add
+/// and the previous block's _to_copy, fp32 _to_copy and _softmax, [2, 8, 512, 512] each, addmm
+/// (1024, 768) and three clone (2, 8, 512, 32); the step-2 forward of
+/// bloom/h192-L3-V1024/full/amp_bf16/gc/eager/b2s384/sgd_momentum at the half _to_copy: bf16
+/// baddbmm, fp32 add and _softmax, two bf16 _to_copy, [2, 6, 384, 384] each.
 u64 bloom_attention_moment(u64 p, u64 residual, u64 qkv, u64 ow, u64 h, u64 heads, u64 tokens, u64 s) {
-  // fp32: the softmax's input copy and `.to` return the tensors themselves
-  const u64 fp32_copy = p == 4 ? 0 : 4, half_copy = p == 4 ? 0 : p;
+  const u64 softmax_in_copy = residual == 4 ? 0 : 4, half_copy = p == 4 ? 0 : p;
   const u64 qkv_live = mul(2, p, qkv);
+  const u64 scores = add(add(p, residual), add(4, p));  // scores, masked, softmax, previous block's
   const u64 at_softmax = add(mul(tokens, sub_floor(qkv_live, mul(residual, h))),
-                             mul(heads, add(mul(3, p), add(4, fp32_copy)), tokens, s));
+                             mul(heads, add(scores, std::max(softmax_in_copy, half_copy)), tokens, s));
   const u64 at_add = add(mul(tokens, add(qkv_live, mul(p, add(ow, h)))),
-                         mul(heads, add(mul(3, p), add(4, half_copy)), tokens, s));
+                         mul(heads, add(add(p, residual), mul(2, p == 4 ? 4 : p)), tokens, s));
   return std::max(at_softmax, at_add);
 }
 
