@@ -43,6 +43,8 @@ struct LayerActivations {
   u64 forward_transient = 0;   ///< extra live at the worst moment of its forward (beyond `saved`)
   u64 recompute_transient = 0; ///< the same in its recomputation under checkpointing (which stops
                                ///< after the last saved tensor)
+  u64 transient_inputs = 0;    ///< the layer input and the model's inputs_embeds, part of
+                               ///< `inference_transient` (under checkpointing both are kept tensors)
   u64 backward_transient = 0;  ///< extra live at the worst moment of its backward
   u64 mlp_backward_transient = 0;        ///< extra live at the MLP block's worst backward moment
   u64 mlp_backward_at_down = 0;          ///< extra live at the down projection's node (its input

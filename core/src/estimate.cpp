@@ -279,7 +279,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     casts_total = sub_floor(add(casts_total, mul(count, casts)), first_unsaved_casts);
     first_unsaved_casts = 0;
     // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
-    fwd_t_max = std::max(fwd_t_max, gc ? std::max(la.inference_transient, la.forward_transient) : la.forward_transient);
+    const u64 ckpt_fwd_t = sub_floor(la.inference_transient, la.transient_inputs);
+    fwd_t_max = std::max(fwd_t_max, gc ? std::max(ckpt_fwd_t, la.forward_transient) : la.forward_transient);
   }
   // Activation offloading (torchtune OffloadActivations): each layer's saved tensors move to
   // CPU memory after its forward and come back one layer ahead of its backward: the GPU holds
