@@ -45,6 +45,7 @@ HOLDOUT = 240
 LATER_HOLDOUTS = [
     (2, 20261126, 160, "after the first holdout set's misses were fixed"),
     (3, 20261127, 160, "after the second holdout set's misses were fixed"),
+    (4, 20261128, 160, "after the third holdout set's misses were fixed"),
 ]
 
 
