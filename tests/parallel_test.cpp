@@ -82,6 +82,21 @@ TEST_CASE("tensor parallelism splits Linear layers and heads; sequence paralleli
   CHECK_THROWS_WITH(run(bad), Catch::Matchers::Contains("divisible by tp"));
 }
 
+TEST_CASE("LoRA under tensor parallelism: one adapter matrix split, the other whole (PEFT's LoraParallelLinear)",
+          "[parallel][tp]") {
+  json j = llama("tp", 2);
+  j["task"] = "lora";
+  j["precision"] = "bf16";
+  j["lora"] = {{"rank", 16}, {"targets", {"q_proj", "o_proj"}}};
+  // q_proj (column-parallel): lora_A [16, 4096] whole, lora_B [4096, 16] halved; o_proj (row-parallel):
+  // lora_A halved, lora_B whole. 32 layers, AdamW's two fp32 states per trainable parameter.
+  const u64 per_rank = 32 * (16 * 4096 + 16 * 4096 / 2) * 2;
+  CHECK(part(run(j), "optimizer_states") == 8 * per_rank);
+  j["num_gpus"] = 1;
+  j["parallelism"]["method"] = "single";
+  CHECK(part(run(j), "optimizer_states") == 8 * 32 * (16 * 4096 * 2) * 2);
+}
+
 TEST_CASE("pipeline stages: the first keeps pp micro-batches in flight", "[parallel][pp]") {
   json j = llama("pp", 4);
   j["gradient_accumulation_steps"] = 8;

@@ -513,7 +513,22 @@ def pattern_cases():
                sequence_length=512, lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
         shaped("bloom", "bloom/h192-L3-V1024/full/amp_bf16/gc/eager/b2s384/sgd_momentum", 1.5, 3, 1024,
                precision="amp_bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd_momentum",
-               micro_batch_size=2, sequence_length=384),
+               micro_batch_size=2, sequence_length=384),        # LoRA under tensor parallelism x2: PEFT's LoraParallelLinear split (lora_B by columns under
+        # q/k/v/gate/up, lora_A by rows under o/down; the other matrix whole on each rank)
+        shaped("llama", "llama/h256-L2-V4096/lora-r16-attn/fp32/nogc/sdpa/b2s128/adamw/tpx2", 2, 2, 4096,
+               task="lora", attention="sdpa", micro_batch_size=2, sequence_length=128, parallelism={"method": "tp", "dp": 1, "tp": 2},
+               lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
+        shaped("qwen2", "qwen2/h256-L3-V2048/lora-r8-all/bf16/gc/sdpa/b2s96/adamw/tpx2", 2, 3, 2048,
+               task="lora", precision="bf16", attention="sdpa", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=96, parallelism={"method": "tp", "dp": 1, "tp": 2},
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("qwen3", "qwen3/h128-L2-V8192/lora-r32-qv/fp32/nogc/eager/b1s256/sgd/tpx2", 1, 2, 8192,
+               task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=256,
+               parallelism={"method": "tp", "dp": 1, "tp": 2}, lora={"rank": 32, "alpha": 64, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        shaped("mistral", "mistral/h256-L2-V2048/lora-r16-mlp/bf16/nogc/sdpa/b1s64/adamw/gas2/tpx2", 2, 2, 2048,
+               task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=64,
+               gradient_accumulation_steps=2, parallelism={"method": "tp", "dp": 1, "tp": 2},
+               lora={"rank": 16, "alpha": 32, "targets": ["gate_proj", "up_proj", "down_proj"], "dropout": 0.0}),
     ]
 
 

@@ -48,6 +48,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 import traceback
@@ -578,19 +579,29 @@ TP_ROWWISE = ("o_proj", "down_proj")
 
 
 def apply_tp(model, mesh):
+    """Megatron-style TP of the llama-style projections. A PEFT LoRA layer around one is split the
+    way PEFT's LoraParallelLinear does (peft/tuners/lora/tp_layer.py): its base layer like a plain
+    one, lora_B by columns under a column-parallel base, lora_A by rows under a row-parallel one;
+    the other adapter matrix stays whole on every rank."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     plan = {}
     for name, mod in model.named_modules():
         leaf = name.rsplit(".", 1)[-1]
-        if isinstance(mod, torch.nn.Linear) and "lora_" not in name:
-            if leaf in TP_COLWISE:
-                plan[name] = ColwiseParallel()
-            elif leaf in TP_ROWWISE:
-                plan[name] = RowwiseParallel()
+        if leaf not in TP_COLWISE + TP_ROWWISE or "lora_" in name:
+            continue
+        style = ColwiseParallel if leaf in TP_COLWISE else RowwiseParallel
+        if isinstance(mod, torch.nn.Linear):
+            plan[name] = style()
+        elif isinstance(getattr(mod, "base_layer", None), torch.nn.Linear) and hasattr(mod, "lora_A"):
+            plan[f"{name}.base_layer"] = style()
+            adapter_side = "lora_B" if style is ColwiseParallel else "lora_A"
+            for adapter in getattr(mod, adapter_side):
+                plan[f"{name}.{adapter_side}.{adapter}"] = style()
     if not plan:
         raise Unsupported("tp: no q/k/v/gate/up/o/down_proj nn.Linear modules in this model (llama-style names needed)")
     parallelize_module(model, mesh, plan)
-    return sorted(set(k.rsplit(".", 1)[-1] + ":" + type(v).__name__ for k, v in plan.items()))
+    # one entry per module kind: "q_proj:ColwiseParallel", "q_proj.lora_B.default:ColwiseParallel"
+    return sorted({re.sub(r"^.*?\.\d+\.(self_attn|mlp)\.", "", k) + ":" + type(v).__name__ for k, v in plan.items()})
 
 
 # --------------------------------------------------------------------- the case

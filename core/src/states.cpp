@@ -149,6 +149,22 @@ u64 adapter_params(const Request& r, const LayerGroup& g, const Linear& l, Adapt
   return mul(r.lora.rank, add(l.in, l.out), l.copies);
 }
 
+/// One Linear's adapter parameters under tensor parallelism: the part split across the TP ranks
+/// and the part every rank holds whole. PEFT's LoraParallelLinear (peft/tuners/lora/tp_layer.py)
+/// splits lora_B by columns under a column-parallel Linear and lora_A by rows under a row-parallel
+/// one, so that the adapter's output matches the base's; the other matrix stays whole.
+struct AdapterShares {
+  u64 split = 0, whole = 0;
+};
+
+AdapterShares adapter_shares(const Request& r, const LayerGroup& g, const Linear& l, Adapter a) {
+  const u64 total = adapter_params(r, g, l, a);
+  if (l.split == TpSplit::Replicated) return {0, total};
+  if (a != Adapter::Module) return {total, 0};  // expert parameters: split with their experts
+  const u64 lora_a = mul(r.lora.rank, l.in, l.copies), lora_b = mul(r.lora.rank, l.out, l.copies);
+  return l.split == TpSplit::Column ? AdapterShares{lora_b, lora_a} : AdapterShares{lora_a, lora_b};
+}
+
 /// The largest adapter tensor on one Linear (elements).
 u64 largest_adapter(const Request& r, const Linear& l, Adapter a) {
   if (a == Adapter::Param && l.routed && l.input == LinearInput::MlpIn)
@@ -267,14 +283,16 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
         s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, weight), previous));
         previous = l.bias_params() > 0 ? l.bias_params() / l.copies : weight;
       }
-      if (target) {
-        const u64 adapters = adapter_params(r, g, l, adapter);
-        w = add(w, mul(adapter_bytes, adapters));
-        t = add(t, adapters);
-        s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, largest_adapter(r, l, adapter));
-      }
       (split ? gs.w_split : gs.w_repl) = add(split ? gs.w_split : gs.w_repl, w);
       (split ? gs.t_split : gs.t_repl) = add(split ? gs.t_split : gs.t_repl, t);
+      if (target) {
+        const AdapterShares a = adapter_shares(r, g, l, adapter);
+        gs.w_split = add(gs.w_split, mul(adapter_bytes, a.split));
+        gs.w_repl = add(gs.w_repl, mul(adapter_bytes, a.whole));
+        gs.t_split = add(gs.t_split, a.split);
+        gs.t_repl = add(gs.t_repl, a.whole);
+        s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, largest_adapter(r, l, adapter));
+      }
       // backward needs every Linear weight (frozen ones too, for the input gradient): autocast
       // keeps the half cast of each.
       // Fused experts run torch._grouped_mm, which CPU autocast does not cast (activations.cpp
