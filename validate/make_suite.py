@@ -46,6 +46,7 @@ LATER_HOLDOUTS = [
     (2, 20261126, 160, "after the first holdout set's misses were fixed"),
     (3, 20261127, 160, "after the second holdout set's misses were fixed"),
     (4, 20261128, 160, "after the third holdout set's misses were fixed"),
+    (5, 20261129, 160, "after the fourth holdout set's miss was fixed"),
 ]
 
 
@@ -528,7 +529,15 @@ def pattern_cases():
         shaped("mistral", "mistral/h256-L2-V2048/lora-r16-mlp/bf16/nogc/sdpa/b1s64/adamw/gas2/tpx2", 2, 2, 2048,
                task="lora", precision="bf16", attention="sdpa", micro_batch_size=1, sequence_length=64,
                gradient_accumulation_steps=2, parallelism={"method": "tp", "dp": 1, "tp": 2},
-               lora={"rank": 16, "alpha": 32, "targets": ["gate_proj", "up_proj", "down_proj"], "dropout": 0.0}),
+               lora={"rank": 16, "alpha": 32, "targets": ["gate_proj", "up_proj", "down_proj"], "dropout": 0.0}),        # Adafactor under TP: stepped over each rank's local shards (transformers' Adafactor cannot
+        # step DTensor parameters; Megatron's optimizers step plain per-rank shards)
+        shaped("llama", "llama/h256-L2-V2048/full/bf16/nogc/sdpa/b2s64/adafactor/tpx2", 2, 2, 2048,
+               precision="bf16", attention="sdpa", optimizer="adafactor", micro_batch_size=2, sequence_length=64,
+               parallelism={"method": "tp", "dp": 1, "tp": 2}),
+        shaped("mistral", "mistral/h128-L3-V4096/lora-r16-qv/fp32/gc/sdpa/b2s128/adafactor/tpx2", 1, 3, 4096,
+               task="lora", attention="sdpa", optimizer="adafactor", gradient_checkpointing=True,
+               micro_batch_size=2, sequence_length=128, parallelism={"method": "tp", "dp": 1, "tp": 2},
+               lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
     ]
 
 

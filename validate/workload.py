@@ -527,6 +527,35 @@ def make_optimizer(name: str, params, device):
     return opt, info
 
 
+# Optimizers written for plain tensors: transformers' Adafactor builds its factored states as plain
+# tensors and fails when it meets a DTensor gradient ("got mixed torch.Tensor and DTensor").
+PLAIN_TENSOR_OPTIMIZERS = ("adafactor",)
+
+
+def local_shard_pairs(params):
+    """(parameter, the tensor the optimizer steps): a DTensor's local shard, else the parameter."""
+    from torch.distributed.tensor import DTensor
+    return [(p, p._local_tensor if isinstance(p, DTensor) else p) for p in params]
+
+
+def step_local_shards(opt, pairs):
+    """Megatron's optimizers step each rank's shard as a plain tensor. An optimizer built over the
+    local shards gets, before each step, the local shards of the DTensor gradients; after it both
+    are dropped (zero_grad(set_to_none=True) would only reach the shards)."""
+    sharded = [(p, t) for p, t in pairs if t is not p]
+
+    def before(*_):
+        for p, t in sharded:
+            t.grad = None if p.grad is None else p.grad._local_tensor
+
+    def after(*_):
+        for p, t in sharded:
+            t.grad = None
+            p.grad = None
+    opt.register_step_pre_hook(before)
+    opt.register_step_post_hook(after)
+
+
 def is_oom(e: BaseException) -> bool:
     if isinstance(e, getattr(torch, "OutOfMemoryError", ())) or \
             isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())):
@@ -856,19 +885,30 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
         raise Unsupported(f"runtime.framework {framework!r}: its own step is not run by this workload")
     params = [p for p in model.parameters() if p.requires_grad]
     setup["trainable_parameters"] = int(sum(p.numel() for p in params))
+    optimizer = req.get("optimizer", "adamw")
+    shard_pairs = None
     if method == "tp":
-        # foreach kernels refuse lists mixing DTensor (sharded q/k/v/o/gate/up/down) and plain
-        # tensors (embeddings, norms, lm_head: replicated by not being parallelized); param
-        # groups are stepped separately, so one group per kind keeps foreach semantics.
         from torch.distributed.tensor import DTensor
-        dt = [p for p in params if isinstance(p, DTensor)]
-        pl = [p for p in params if not isinstance(p, DTensor)]
-        params = [g for g in ({"params": dt}, {"params": pl}) if g["params"]]
-        setup["tp"]["optimizer_param_groups"] = "DTensor params / plain params"
         setup["tp"]["local_parameters"] = int(sum(
             (p.to_local() if isinstance(p, DTensor) else p).numel() for p in model.parameters()))
+        if optimizer in PLAIN_TENSOR_OPTIMIZERS:
+            # one group of plain tensors in the model's order, as Megatron's optimizer sees them
+            shard_pairs = local_shard_pairs(params)
+            params = [t for _, t in shard_pairs]
+            setup["tp"]["optimizer_param_groups"] = "the local shards, in the model's order"
+        else:
+            # foreach kernels refuse lists mixing DTensor (sharded q/k/v/o/gate/up/down) and plain
+            # tensors (embeddings, norms, lm_head: replicated by not being parallelized); param
+            # groups are stepped separately, so one group per kind keeps foreach semantics.
+            dt = [p for p in params if isinstance(p, DTensor)]
+            pl = [p for p in params if not isinstance(p, DTensor)]
+            params = [g for g in ({"params": dt}, {"params": pl}) if g["params"]]
+            setup["tp"]["optimizer_param_groups"] = "DTensor params / plain params"
     with meter.phase("optimizer_create", "optimizer_state"):
-        opt, oinfo = make_optimizer(req.get("optimizer", "adamw"), params, device)
+        opt, oinfo = make_optimizer(optimizer, params, device)
+    if shard_pairs is not None:
+        step_local_shards(opt, shard_pairs)
+        oinfo["steps"] = "the local shards of DTensor parameters (as Megatron's optimizers step each rank's own)"
     setup["optimizer"] = oinfo
     scaler = None
     if precision == "amp_fp16":
