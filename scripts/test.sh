@@ -76,11 +76,11 @@ rm -rf "$cases_dir"
 # -7.55 %); their patterns were fixed on new tuning cases of other shapes, and it is now gated at
 # 2 % like the check set (MEMFIT_HOLDOUT_TOLERANCE), no longer unseen evidence.
 # Later draws (validate/make_suite.py LATER_HOLDOUTS) replaced it in turn: cpu_holdout2.json
-# (3 of 160 over 2 % at its first replay) and cpu_holdout3.json (2 of 160, worst -9.90 %), whose
-# patterns were then fixed on new tuning cases, so they are gated at 2 % too; and
-# cpu_holdout4.json, drawn and measured after that, before any of its estimates was read: the
-# figure to quote. Its first replay left 1 of 160 over 2 % (-3.28 %); it is not fitted away, and
-# its gate (MEMFIT_HOLDOUT4_TOLERANCE) only catches a regression past that.
+# (3 of 160 over 2 % at its first replay), cpu_holdout3.json (2 of 160, worst -9.90 %) and
+# cpu_holdout4.json (1 of 160, -3.28 %), whose patterns were then fixed on new tuning cases, so
+# they are gated at 2 % too; and cpu_holdout5.json, drawn and measured after that, before any of
+# its estimates was read: the figure to quote. Its first replay left 3 of 160 over 2 % (worst
+# -22.17 %); its gate (MEMFIT_HOLDOUT5_TOLERANCE) only catches a regression past that.
 echo "CPU validation, holdout set: replay of data/measurements/cpu-holdout.jsonl"
 ./build/native/cli/memfit validate --replay data/measurements/cpu-holdout.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
 echo "CPU validation, holdout set 2: replay of data/measurements/cpu-holdout2.jsonl"
@@ -88,7 +88,9 @@ echo "CPU validation, holdout set 2: replay of data/measurements/cpu-holdout2.js
 echo "CPU validation, holdout set 3: replay of data/measurements/cpu-holdout3.jsonl"
 ./build/native/cli/memfit validate --replay data/measurements/cpu-holdout3.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
 echo "CPU validation, holdout set 4: replay of data/measurements/cpu-holdout4.jsonl"
-./build/native/cli/memfit validate --replay data/measurements/cpu-holdout4.jsonl --tolerance "${MEMFIT_HOLDOUT4_TOLERANCE:-3.5}"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout4.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
+echo "CPU validation, holdout set 5: replay of data/measurements/cpu-holdout5.jsonl"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout5.jsonl --tolerance "${MEMFIT_HOLDOUT5_TOLERANCE:-22.5}"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null
