@@ -537,7 +537,20 @@ def pattern_cases():
         shaped("mistral", "mistral/h128-L3-V4096/lora-r16-qv/fp32/gc/sdpa/b2s128/adafactor/tpx2", 1, 3, 4096,
                task="lora", attention="sdpa", optimizer="adafactor", gradient_checkpointing=True,
                micro_batch_size=2, sequence_length=128, parallelism={"method": "tp", "dp": 1, "tp": 2},
-               lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+               lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),        # Falcon (parallel attention) with LoRA on the MLP only, eager attention without checkpointing
+        shaped("falcon", "falcon/h128-L3-V2048/lora-r8-mlp/fp32/nogc/eager/b1s384/sgd", 1, 3, 2048,
+               task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=384,
+               lora={"rank": 8, "alpha": 16, "targets": ["dense_h_to_4h", "dense_4h_to_h"], "dropout": 0.0}),
+        shaped("falcon", "falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw", 1.5, 2, 1024,
+               task="lora", attention="eager", micro_batch_size=2, sequence_length=256,
+               lora={"rank": 16, "alpha": 32, "targets": ["dense_h_to_4h", "dense_4h_to_h"], "dropout": 0.0}),
+        shaped("falcon", "falcon/h128-L2-V2048/lora-r8-mlp/bf16/nogc/eager/b1s512/sgd", 1, 2, 2048,
+               task="lora", precision="bf16", attention="eager", optimizer="sgd", micro_batch_size=1,
+               sequence_length=512,
+               lora={"rank": 8, "alpha": 16, "targets": ["dense_h_to_4h", "dense_4h_to_h"], "dropout": 0.0}),
+        shaped("falcon", "falcon/h128-L3-V1024/lora-r8-all/fp32/nogc/eager/b1s384/sgd", 1, 3, 1024,
+               task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=384,
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 

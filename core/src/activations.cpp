@@ -77,6 +77,15 @@ bool v_view_of_fused_qkv(const std::string& family) {
   return view.count(family) > 0;
 }
 
+/// Families whose decoder block returns its attention probabilities and whose model loop keeps
+/// that return (`outputs = block(...)`) through the next block's forward (modeling_falcon.py,
+/// modeling_bloom.py, modeling_gpt_neo.py, modeling_gptj.py, modeling_codegen.py in Transformers
+/// 5.23; the other families' loops keep only the hidden states).
+bool loop_keeps_attention_probs(const std::string& family) {
+  static const std::set<std::string> keeps{"falcon", "bloom", "gpt_neo", "gptj", "codegen"};
+  return keeps.count(family) > 0;
+}
+
 /// Families whose local (windowed) layers mask with a causal buffer of the attention module
 /// instead of a model-level mask (modeling_gpt_neo.py `_attn`: `self.bias[...]` in torch.where).
 bool window_from_buffer(const std::string& family) {
@@ -879,6 +888,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
   out.first_qk_unkept = mul(first_qk_unkept, tokens);
+  if (r.attention == AttentionImpl::Eager && loop_keeps_attention_probs(m.family)) out.returned_probs = mul(p, a, tokens, s);
   const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
@@ -893,8 +903,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
     // holds more [s, s] tensors than the layer keeps)
     // (CPU SDPA's math path: its own locals, listed above, instead of the layer output's two [T, h])
+    // FalconAttention.forward keeps query_key_value's output (`fused_qkv`) as a local until it
+    // returns (tensor log of tuning case falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw:
+    // layer 1's mm [512, 240] alive at its _softmax, freed after the PV matmul)
+    const u64 fused_qkv_local = m.family == "falcon" && !m.alibi && r.attention == AttentionImpl::Eager
+                                    ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
     const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
-                                      : mul(tokens, 2, d.residual, h);
+                                      : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
     const u64 mlp_after_attn = sub_floor(mlp_saved, mlp_pre_attn);
     const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), around_scores),
                                      mul(tokens, mlp_after_attn));

@@ -78,6 +78,9 @@ struct LayerActivations {
                                ///< that norm's output (part of `saved`): nothing in the first layer
                                ///< when its input needs no gradient (frozen embeddings without
                                ///< checkpointing) and the norm is frozen
+  u64 returned_probs = 0;      ///< eager attention probabilities the block returns and the model's
+                               ///< loop keeps through the next block's forward (see
+                               ///< loop_keeps_attention_probs); extra only where the layer saved none
   u64 first_qk_unkept = 0;     ///< eager attention in that first layer, q and k projections separate
                                ///< and only one of them adapted: the other's output is not kept by
                                ///< QK^T (part of `attn_saved`)

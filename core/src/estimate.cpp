@@ -112,6 +112,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
   u64 ctx_graph = 0;  // what quantized Linears' autograd contexts hold (plain ctx attributes), all layers
   u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
+  u64 second_layer_moment = 0;  // the second layer's attention beside the first's unsaved probabilities (below)
   const u64 total_t = std::max<u64>(1, rs.trainable);
   for (size_t i = 0; i < m.groups.size(); ++i) {
     const u64 count = role.layers[i];
@@ -275,12 +276,22 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
       if (m.parallel_block && !attn_adapted && mlp_adapted)
         A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
+      // Its attention probabilities, saved by no one, still live through the next layer's forward
+      // where the model's loop keeps each block's return (tensor log of tuning case
+      // falcon/h128-L2-V2048/lora-r8-mlp/bf16/nogc/eager/b1s512/sgd: layer 0's [1, 16, 512, 512]
+      // _softmax dies at the end of layer 1's forward, beside layer 1's scores, masked scores and
+      // softmax). Forward moments are transients over every layer's saved tensors: at the second
+      // layer's attention the layers after it have saved none yet.
+      u64 layers = 0;
+      for (size_t j = i; j < m.groups.size(); ++j) layers = add(layers, role.layers[j]);
+      if (!attn_adapted && mlp_adapted && layers > 1)
+        second_layer_moment = sub_floor(add(la.forward_transient, la.returned_probs), mul(layers - 2, kept));
     }
     casts_total = sub_floor(add(casts_total, mul(count, casts)), first_unsaved_casts);
     first_unsaved_casts = 0;
     // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
     const u64 ckpt_fwd_t = sub_floor(la.inference_transient, la.transient_inputs);
-    fwd_t_max = std::max(fwd_t_max, gc ? std::max(ckpt_fwd_t, la.forward_transient) : la.forward_transient);
+    fwd_t_max = std::max(fwd_t_max, gc ? std::max(ckpt_fwd_t, la.forward_transient) : std::max(la.forward_transient, second_layer_moment));
   }
   // Activation offloading (torchtune OffloadActivations): each layer's saved tensors move to
   // CPU memory after its forward and come back one layer ahead of its backward: the GPU holds

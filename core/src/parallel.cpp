@@ -336,6 +336,7 @@ LayerActivations shard_layer(const LayerActivations& a, const Layout& l) {
     out.backward_transient = div_ceil(a.backward_transient, l.tp);
     out.inference_transient = div_ceil(a.inference_transient, l.tp);
     out.transient_inputs = div_ceil(a.transient_inputs, l.tp);
+    out.returned_probs = div_ceil(a.returned_probs, l.tp);
     out.mlp_saved = div_ceil(a.mlp_saved, l.tp);
     out.attn_saved = div_ceil(a.attn_saved, l.tp);
     out.mlp_norm = div_ceil(a.mlp_norm, l.tp);
