@@ -550,7 +550,16 @@ def pattern_cases():
                lora={"rank": 8, "alpha": 16, "targets": ["dense_h_to_4h", "dense_4h_to_h"], "dropout": 0.0}),
         shaped("falcon", "falcon/h128-L3-V1024/lora-r8-all/fp32/nogc/eager/b1s384/sgd", 1, 3, 1024,
                task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=384,
-               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),        # the same rule in the other families whose loop keeps each block's returned probabilities
+        shaped("bloom", "bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd", 1, 2, 1024,
+               task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=512,
+               lora={"rank": 8, "alpha": 16, "targets": ["dense_h_to_4h", "dense_4h_to_h"], "dropout": 0.0}),
+        shaped("gptj", "gptj/h128-L2-V1024/lora-r8-mlp/bf16/nogc/eager/b2s256/sgd", 1, 2, 1024,
+               task="lora", precision="bf16", attention="eager", optimizer="sgd", micro_batch_size=2,
+               sequence_length=256, lora={"rank": 8, "alpha": 16, "targets": ["fc_in", "fc_out"], "dropout": 0.0}),
+        shaped("gpt_neo", "gpt_neo/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd", 1, 2, 1024,
+               task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=512,
+               lora={"rank": 8, "alpha": 16, "targets": ["c_fc", "c_proj"], "dropout": 0.0}),
     ]
 
 

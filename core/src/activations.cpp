@@ -524,7 +524,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // in its local while softmax runs on the masked sum: three [b, nh, s, s] at once (measured,
       // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
       // at the last layer's _softmax: fp32 bmm, add and _softmax outputs, [2, 64, 160, 160] each)
-      if (m.family == "falcon" && !m.alibi) fwd_s = mul(3, p, a);
+      // BloomAttention keeps the baddbmm result and the masked scores as locals too (fp32: the
+      // softmax's output is the probabilities; measured, peak dump of tuning case
+      // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd at layer 1's attention: fp32
+      // baddbmm (4, 512, 512), add and _softmax (1, 4, 512, 512), and layer 0's _softmax; half
+      // models are counted by fwd_only_s below)
+      if ((m.family == "falcon" && !m.alibi) || (m.family == "bloom" && p == 4 && !d.amp)) fwd_s = mul(3, p, a);
       // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
       // softmax, the half scores and masked scores, the fp32 copy and the softmax output
       // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
@@ -903,11 +908,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
     // holds more [s, s] tensors than the layer keeps)
     // (CPU SDPA's math path: its own locals, listed above, instead of the layer output's two [T, h])
-    // FalconAttention.forward keeps query_key_value's output (`fused_qkv`) as a local until it
-    // returns (tensor log of tuning case falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw:
-    // layer 1's mm [512, 240] alive at its _softmax, freed after the PV matmul)
-    const u64 fused_qkv_local = m.family == "falcon" && !m.alibi && r.attention == AttentionImpl::Eager
-                                    ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
+    // FalconAttention.forward and BloomAttention.forward keep query_key_value's output
+    // (`fused_qkv`) as a local until they return (tensor log of tuning case
+    // falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw: layer 1's mm [512, 240]
+    // alive at its _softmax, freed after the PV matmul; peak dump of
+    // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd: addmm (512, 384) at layer 1's attention)
+    const bool fused_qkv_kept = (m.family == "falcon" && !m.alibi) || m.family == "bloom";
+    const u64 fused_qkv_local = fused_qkv_kept && r.attention == AttentionImpl::Eager ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
     const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
                                       : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
     const u64 mlp_after_attn = sub_floor(mlp_saved, mlp_pre_attn);
