@@ -55,9 +55,21 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 # ~/.cache/memfit/litgpt (installed by scripts/setup.sh python) is missing. The 15 LitGPT cases add
 # about 30-60 s.
 cases_dir=$(mktemp -d)
+# A case over the tolerance is measured once more before the stage fails: single-process CPU
+# measurements are deterministic (a real regression fails again), but the two-process FSDP cases
+# on gloo can hold one collective buffer more or less at the peak when the machine is loaded
+# (seen once: llama/full/bf16/gc/sdpa/fsdp_full_shardx2 read 4.757 MiB against its recorded 4.647).
 timed_validate() {  # label, case file, tolerance
-  local start=$SECONDS
-  ./build/native/cli/memfit validate "$2" --device cpu --tolerance "$3"
+  local start=$SECONDS out status=0
+  out=$(./build/native/cli/memfit validate "$2" --device cpu --tolerance "$3") || status=$?
+  echo "$out"
+  if [ "$status" -ne 0 ]; then
+    local failed=() name
+    while read -r name; do failed+=(--filter "$name"); done < <(echo "$out" | awk '/ peak allocated .*!/ {print $1}')
+    [ ${#failed[@]} -gt 0 ] || exit "$status"
+    echo "CPU validation, $1: re-measuring the $(( ${#failed[@]} / 2 )) case(s) over $3 % once"
+    ./build/native/cli/memfit validate "$2" --device cpu --tolerance "$3" "${failed[@]}"
+  fi
   echo "CPU validation, $1: $((SECONDS - start)) s"
 }
 python3 validate/sample_cases.py data/validation/cpu_suite.json --shaped no >"$cases_dir/one-shape.json"
