@@ -147,6 +147,16 @@ void expression_mlp(OpList& l, std::string_view last_local) {
   l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local));
 }
 
+/// Eager attention whose q and k reach the first matmul as strided views: matmul keeps contiguous
+/// copies of both (in the model dtype) [O][M]. `k_name` / `k` / `k_grad`: the key copy's entry,
+/// shape and gradient shape (a GQA key repeated to every head is [T, Q] with a [T, KV] gradient).
+void insert_qk_copies(OpList& l, std::string_view k_name = "attn.k_copy", Shape k = TKV, Shape k_grad = TKV) {
+  OpList c;
+  c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+  c.push_back({k_name, "contiguous", k, Dt::Model, true, {}, k_grad});
+  l.insert(position(l, "attn.scores"), c.begin(), c.end());
+}
+
 }  // namespace
 
 /// PhiDecoderLayer [H]: one input_layernorm read by attention and MLP; out = resid_dropout(attn) +
@@ -287,10 +297,7 @@ OpList opt_layer(const LayerSetup& s) {
     // eager_attention_forward: q and k are strided views, so the first matmul keeps contiguous
     // copies of both; the projections then die with the attention's locals [O][M]
     eager_attention(l, "v_proj.out", "out_proj.out");
-    OpList c;
-    c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
-    c.push_back({"attn.k_copy", "contiguous", TKV, Dt::Model, true, {}, TKV});
-    l.insert(position(l, "attn.scores"), c.begin(), c.end());
+    insert_qk_copies(l);
     for (std::string_view n : {"q.scaled", "k_proj.out"}) {
       TensorOp* t = find_mut(l, n);
       t->saved = false;
@@ -392,10 +399,7 @@ OpList gpt2_like_layer(const LayerSetup& s, bool bigcode) {
     eager_attention(l, "qkv.out", "attn.dropped");
     if (!bigcode) find_mut(l, "attn.softmax")->dtype = Dt::Model;
     if (bigcode && s.half) eager_probs_half(l);
-    OpList c;
-    c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
-    c.push_back({bigcode ? "attn.k_repeat" : "attn.k_copy", "contiguous", TQ, Dt::Model, true, {}, TKV});
-    l.insert(position(l, "attn.scores"), c.begin(), c.end());
+    insert_qk_copies(l, bigcode ? "attn.k_repeat" : "attn.k_copy", TQ, TKV);
     if (s.attn_dropout) eager_probs_dropout(l);
   } else if (s.attn_dropout && !s.cuda) {
     if (bigcode) {
@@ -483,10 +487,7 @@ OpList biogpt_layer(const LayerSetup& s) {
   if (s.eager) {
     eager_attention(l, "v_proj.out", "out_proj.out");
     find_mut(l, "attn.softmax")->dtype = Dt::Model;  // softmax in the model dtype [I]
-    OpList c;
-    c.push_back({"attn.q_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
-    c.push_back({"attn.k_copy", "contiguous", TKV, Dt::Model, true, {}, TKV});
-    l.insert(position(l, "attn.scores"), c.begin(), c.end());
+    insert_qk_copies(l);
     if (s.attn_dropout) eager_probs_dropout(l);
   } else if (math) {
     l.insert(position(l, "attn.lse") + 1, {"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
