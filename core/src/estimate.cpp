@@ -60,6 +60,7 @@ const char* formula_of(const std::string& name) {
       {"communication_buffers", "gradient buckets, gathered parameter units (ZeRO-3/FSDP), pipeline send/recv buffers"},
       {"cublas_workspace", "cuBLAS/cuBLASLt workspaces, allocated through PyTorch's allocator"},
       {"allocator_overhead", "caching allocator: reserved minus allocated (approximate rule: 20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak)"},
+      {"allocator_overhead_unsure", "caching allocator: reserved minus allocated, the larger of the approximate rule (20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak) and the fragmentation simulated over the tensor schedule, which covers this run but whose allocated peak is over 2 % from the estimate's"},
       {"allocator_fragmentation", "caching allocator, simulated over the step's tensor schedule: segments held at the reserved peak minus the allocated peak (2 MiB segments for blocks <= 1 MiB, 20 MiB or the size rounded to 2 MiB above; freed blocks are cached, split and merged, and a request no cached block fits takes a new segment)"},
       {"cuda_context", "CUDA context and kernel images outside the allocator (nvidia-smi minus reserved)"},
       {"paged_optimizer_states", "bitsandbytes paged states in CUDA unified memory (outside PyTorch's allocator)"},
@@ -572,20 +573,41 @@ u64 cublas_workspace_for(const Request& r) {
 
 constexpr const char* kSimulatedMethod = "simulated allocator over the tensor schedule";
 
-/// Peak reserved from the tensor schedule replayed through the caching-allocator simulation, for
-/// the CUDA training setups the schedule covers (sched::step_setup); 0 elsewhere.
-u64 simulated_reserved_for(const Request& r) {
-  if (r.device != Device::Cuda || r.task == Task::Inference) return 0;
+/// The tensor schedule of a run replayed through the caching-allocator simulation: its peaks.
+struct SimulatedStep {
+  u64 reserved = 0, allocated = 0;  ///< 0, 0: the schedule does not cover the request
+};
+
+/// The schedule's peaks for the CUDA training setups it covers (sched::step_setup); none elsewhere.
+SimulatedStep simulated_step_for(const Request& r) {
+  if (r.device != Device::Cuda || r.task == Task::Inference) return {};
   std::optional<sched::StepSetup> s = sched::step_setup(r);
-  if (!s) return 0;
+  if (!s) return {};
   s->workspaces = cublas_workspaces(r);
-  return sched::simulated_reserved(*s, alloc::config_from_alloc_conf(r.runtime.alloc_conf));
+  const alloc::Stats st = sched::simulated_stats(*s, alloc::config_from_alloc_conf(r.runtime.alloc_conf));
+  return {st.peak_reserved, st.peak_allocated};
+}
+
+/// The schedule describes the run when its allocated peak is within 2 % of the estimate's (the
+/// lists and the estimator are two models of the same step; on a shape the lists get wrong, e.g.
+/// the LoRA-dropout copies they lack, their segments are not the run's either).
+bool schedule_agrees(const SimulatedStep& sim, u64 allocated) {
+  const u64 gap = sim.allocated > allocated ? sim.allocated - allocated : allocated - sim.allocated;
+  return sim.reserved > 0 && gap * 50 <= allocated;
+}
+
+/// Reserved minus allocated. Where the schedule describes the run: its simulated reserved (never
+/// below the estimate's allocated peak). Where it covers the run but disagrees with the estimate:
+/// the larger of the approximate rule and the simulation's own fragmentation (reserved minus
+/// allocated), since neither is known to hold and under-estimating is the dangerous direction.
+u64 reserved_overhead(const Moment& peak, u64 allocated, const SimulatedStep& sim) {
+  if (schedule_agrees(sim, allocated)) return sim.reserved - std::min(sim.reserved, allocated);
+  const u64 rule = allocator_overhead(peak);
+  return sim.reserved > 0 ? std::max(rule, sim.reserved - std::min(sim.reserved, sim.allocated)) : rule;
 }
 
 /// Fills allocated/reserved/device figures and the breakdown from the largest moment.
-/// `simulated_reserved` (0: none) replaces the rule's reserved; it is never below the allocated
-/// peak (the schedule's allocated peak and the estimator's agree within 2 %, not exactly).
-Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 paged, u64 nccl, u64 simulated_reserved = 0) {
+Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 paged, u64 nccl, const SimulatedStep& sim = {}) {
   Estimate e;
   size_t best = 0;
   for (size_t i = 0; i < moments.size(); ++i) {
@@ -602,12 +624,14 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
   if (workspace) peak.parts["cublas_workspace"] = workspace;
   for (PhasePeak& p : e.phases) p.allocated_bytes = add(p.allocated_bytes, workspace);
   e.allocated_peak_bytes = peak.total();
-  const bool simulated = cuda && simulated_reserved > 0;
-  const u64 overhead = simulated ? simulated_reserved - std::min(simulated_reserved, e.allocated_peak_bytes)
-                       : cuda    ? allocator_overhead(peak)
-                                 : 0;
+  const bool simulated = cuda && schedule_agrees(sim, e.allocated_peak_bytes);
+  const bool disagrees = cuda && sim.reserved > 0 && !simulated;
+  const u64 overhead = cuda ? reserved_overhead(peak, e.allocated_peak_bytes, sim) : 0;
   e.reserved_peak_bytes = add(e.allocated_peak_bytes, overhead);
-  e.reserved_method = simulated ? kSimulatedMethod : cuda ? "approximate rule" : "no caching allocator (CPU): reserved = allocated";
+  e.reserved_method = simulated   ? kSimulatedMethod
+                      : disagrees ? "approximate rule or the schedule's simulated fragmentation, the larger (the tensor schedule is over 2 % from this estimate's allocated peak)"
+                      : cuda      ? "approximate rule"
+                                  : "no caching allocator (CPU): reserved = allocated";
   const u64 context = cuda ? cuda_context_for(r) : 0;
   if (!cuda) nccl = 0;
   e.device_total_bytes = add(add(e.reserved_peak_bytes, context), add(paged, nccl));
@@ -620,7 +644,9 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
     if (it != peak.parts.end() && it->second > 0) e.breakdown.push_back({k, it->second, formula_of(k)});
   }
   if (overhead)
-    e.breakdown.push_back({"allocator_overhead", overhead, simulated ? formula_of("allocator_fragmentation") : formula_of("allocator_overhead")});
+    e.breakdown.push_back({"allocator_overhead", overhead, formula_of(simulated   ? "allocator_fragmentation"
+                                                                      : disagrees ? "allocator_overhead_unsure"
+                                                                                  : "allocator_overhead")});
   if (paged) e.breakdown.push_back({"paged_optimizer_states", paged, formula_of("paged_optimizer_states")});
   if (nccl) e.breakdown.push_back({"nccl_buffers", nccl, formula_of("nccl_buffers")});
   if (context) e.breakdown.push_back({"cuda_context", context, formula_of("cuda_context")});
@@ -745,7 +771,7 @@ Estimate estimate(const Request& r) {
   } else {
     // Evaluate every kind of rank and report the busiest one.
     std::string busiest;
-    const u64 simulated = simulated_reserved_for(r);
+    const SimulatedStep simulated = simulated_step_for(r);
     for (const RankRole& role : layout.roles) {
       const RankStates rs = rank_states(s, r, layout, role);
       Estimate candidate = summarise(r, training_moments(r, s, layout, role, rs), rs.paged_states, rs.nccl, simulated);

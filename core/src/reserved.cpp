@@ -40,10 +40,12 @@ alloc::Result simulated_step(const StepSetup& s, const alloc::Config& c) {
   return alloc::simulate_periodic(t.events, periods_of(t), c);
 }
 
-u64 simulated_reserved(const StepSetup& s, const alloc::Config& c) {
+alloc::Stats simulated_stats(const StepSetup& s, const alloc::Config& c) {
   if (c.device_limit != alloc::kNoLimit) throw Error("simulated_reserved: the peak is simulated without a device limit");
   const Trace t = step_trace_with_loops(s);
-  return alloc::periodic_stats(t.events, periods_of(t), c).peak_reserved;
+  return alloc::periodic_stats(t.events, periods_of(t), c);
 }
+
+u64 simulated_reserved(const StepSetup& s, const alloc::Config& c) { return simulated_stats(s, c).peak_reserved; }
 
 }  // namespace memfit::sched
