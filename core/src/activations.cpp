@@ -65,33 +65,56 @@ u64 activation_saves(const std::string& act) {
   return 1;  // silu, gelu, gelu_pytorch_tanh, bloom_gelu (custom fn saving its input), relu (its output)
 }
 
-/// Families whose eager attention computes QK^T in fp32 whatever the model dtype.
-bool upcasts_qk(const std::string& family) {
-  static const std::set<std::string> upcast{"gpt_neo", "gptj", "codegen"};
-  return upcast.count(family) > 0;
-}
-
-/// Families whose eager v is a view of the fused q/k/v projection's output (no copy of its own).
-bool v_view_of_fused_qkv(const std::string& family) {
-  static const std::set<std::string> view{"codegen", "gpt_neox"};
-  return view.count(family) > 0;
-}
-
-/// Families whose decoder block returns its attention probabilities and whose model loop keeps
-/// that return (`outputs = block(...)`) through the next block's forward (modeling_falcon.py,
-/// modeling_bloom.py, modeling_gpt_neo.py, modeling_gptj.py, modeling_codegen.py in Transformers
-/// 5.23; the other families' loops keep only the hidden states).
-bool loop_keeps_attention_probs(const std::string& family) {
-  static const std::set<std::string> keeps{"falcon", "bloom", "gpt_neo", "gptj", "codegen"};
-  return keeps.count(family) > 0;
-}
-
-/// Families whose local (windowed) layers mask with a causal buffer of the attention module
-/// instead of a model-level mask (modeling_gpt_neo.py `_attn`: `self.bias[...]` in torch.where).
-bool window_from_buffer(const std::string& family) {
-  static const std::set<std::string> buffer{"gpt_neo"};
-  return buffer.count(family) > 0;
-}
+// The rows of FamilyActivations (activations.hpp): Transformers 5.23 modeling files, and the
+// measurements cited where each column is used below.
+// - qk_in_fp32: GPT-Neo, GPT-J and CodeGen cast q and k to fp32 before QK^T.
+// - v_view_of_fused_qkv: CodeGen and GPT-NeoX split v out of the fused projection as a view.
+// - loop_keeps_attention_probs: Falcon, BLOOM, GPT-Neo, GPT-J and CodeGen blocks return their
+//   probabilities and the model loop keeps `outputs = block(...)` through the next block's forward
+//   (the other families' loops keep only the hidden states).
+// - window_from_buffer: GPT-Neo's `_attn` masks local layers with `self.bias[...]` in torch.where.
+// - softmax_in_model_dtype: GPT-2, BioGPT, BERT and Falcon call softmax without dtype=float32.
+// - norm_fp32_one_plus_weight, post_norms: Gemma's RMSNorm; Gemma2/3 post-attention and
+//   post-feedforward norms. qk_norm_*: Qwen3 / Gemma3 per head, OLMo2 over the width.
+// - rotary_by_cat: Phi, Phi-3, StableLM and GPT-NeoX concatenate the rotary and pass-through parts.
+// - block_keeps_attn_output: GPT2Block / GPTBigCodeBlock.
+// - fp32_router, fp32_route_weights, sigmoid_gated_shared_expert: DeepSeek-V3's fp32 router,
+//   Mixtral's fp32 softmax weights, Qwen2-MoE's gated shared expert.
+// - Falcon's rotary path (no alibi) holds its scores and fused q/k/v output as locals and builds a
+//   per-layer mask; its alibi path is not measured, so its row has only what both paths share.
+//   BLOOM (alibi by baddbmm) holds its raw and masked scores and the fused output, and normalises
+//   the word embedding.
+// clang-format off
+constexpr FamilyActivations kFamilyActivations[] = {
+    {.family = "gpt2", .softmax_in_model_dtype = true, .block_keeps_attn_output = true},
+    {.family = "gpt_bigcode", .block_keeps_attn_output = true},
+    {.family = "biogpt", .softmax_in_model_dtype = true},
+    {.family = "bert", .softmax_in_model_dtype = true},
+    {.family = "falcon", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true, .scores_locals = true,
+     .per_layer_mask = true, .mlp_norm_before_attention = true, .no_grad_four_scores = true, .fused_qkv_local = true},
+    {.family = "falcon (alibi)", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true,
+     .mlp_norm_before_attention = true, .no_grad_four_scores = true},
+    {.family = "bloom", .loop_keeps_attention_probs = true, .scores_locals_fp32 = true, .baddbmm_attention = true,
+     .fused_qkv_local = true, .embedding_layernorm = true},
+    {.family = "gpt_neo", .qk_in_fp32 = true, .loop_keeps_attention_probs = true, .window_from_buffer = true},
+    {.family = "gptj", .qk_in_fp32 = true, .loop_keeps_attention_probs = true},
+    {.family = "codegen", .qk_in_fp32 = true, .v_view_of_fused_qkv = true, .loop_keeps_attention_probs = true},
+    {.family = "gpt_neox", .v_view_of_fused_qkv = true, .rotary_by_cat = true},
+    {.family = "phi", .rotary_by_cat = true},
+    {.family = "phi3", .rotary_by_cat = true},
+    {.family = "stablelm", .rotary_by_cat = true},
+    {.family = "gemma", .norm_fp32_one_plus_weight = true},
+    {.family = "gemma2", .norm_fp32_one_plus_weight = true, .post_norms = true},
+    {.family = "gemma3_text", .norm_fp32_one_plus_weight = true, .qk_norm_per_head = true, .post_norms = true},
+    {.family = "qwen3", .qk_norm_per_head = true},
+    {.family = "qwen3_moe", .qk_norm_per_head = true},
+    {.family = "olmo2", .qk_norm_full_width = true},
+    {.family = "deepseek_v3", .fp32_router = true, .fp32_route_weights = true},
+    {.family = "mixtral", .fp32_route_weights = true},
+    {.family = "qwen2_moe", .sigmoid_gated_shared_expert = true},
+};
+// clang-format on
+constexpr FamilyActivations kLlamaLike{};
 
 /// BloomAttention.forward (modeling_bloom.py, eager only) in a forward without saving (a
 /// checkpointed layer, prefill): beyond hidden_live's four [T, h] (inputs_embeds, the layer input,
@@ -186,7 +209,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // Eager attention materialises s x s scores even for sliding-window layers (the window is a mask).
   const u64 s = seq;
   const u64 adapter_bytes = t.lora_rank == 0 ? 0 : (r.lora.adapter_bytes ? r.lora.adapter_bytes : 4);
-  const bool fp32_router = m.family == "deepseek_v3";
+  const FamilyActivations& fam = family_activations(m);
+  const bool fp32_router = fam.fp32_router;
   // CPU SDPA: the flash kernel needs one head dim for q, k and v (sdp_utils_cpp.cpp
   // check_head_dim_size_cpp) and refuses dropout_p > 0: MLA (qk_head_dim != v_head_dim) and
   // attention dropout fall back to _scaled_dot_product_attention_math.
@@ -321,7 +345,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // backward recomputes it from mean/rstd).
   // Gemma's RMSNorm multiplies in fp32 by (1 + weight): a trained weight makes it keep the fp32
   // x_hat, and the mul keeps the fp32 (1 + weight) [h] (a per-layer constant, counted below).
-  const bool gemma_norm = m.family == "gemma" || m.family == "gemma2" || m.family == "gemma3_text";
+  const bool gemma_norm = fam.norm_fp32_one_plus_weight;
   u64 norms_in_layer = 0;
   auto norm = [&](bool input_is_shared_residual) {
     const u64 in = d.residual;
@@ -359,11 +383,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // q_norm / k_norm (Qwen3, Gemma3: RMSNorm over each head; OLMo2: over the whole width) on the
   // projection outputs: the fp32 input (the output itself in fp32), rstd, and for a trained
   // weight x_hat (measured, analyze_saved.py qwen3-tiny: [b,s,nh,d] fp32 + [b,s,nh,1] + bf16 x_hat).
-  const bool per_head_qk_norm = m.family == "qwen3" || m.family == "qwen3_moe" || m.family == "gemma3_text";
+  const bool per_head_qk_norm = fam.qk_norm_per_head;
   // Llama 4's weight-free L2 norm (modeling_llama4.py Llama4TextL2Norm, x.float() * rsqrt(mean(x^2)))
   // keeps the same fp32 input and per-head rsqrt, and no x_hat (measured, peak dump of
   // llama4_text/lora/bf16/nogc/sdpa: fp32 [2, 64, 8, 16] and [2, 64, 8, 1] rsqrt per RoPE layer)
-  if (!mla && (per_head_qk_norm || m.family == "olmo2" || g.qk_l2_norm)) {
+  if (!mla && (per_head_qk_norm || fam.qk_norm_full_width || g.qk_l2_norm)) {
     keep(mul(4, add(qw, kw)));
     keep(per_head_qk_norm || g.qk_l2_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
     if (full && !g.qk_l2_norm) keep(mul((p == 2 && !gemma_norm) ? 2 : 4, add(qw, kw)));
@@ -416,8 +440,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // softmax output).
   // gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
   // softmax(dtype=combined_logits.dtype) in the model dtype.
-  const bool fp32_softmax = m.family != "gpt2" && m.family != "biogpt" &&
-                            m.family != "bert" && m.family != "falcon" && !m.attention_sinks;
+  const bool fp32_softmax = !fam.softmax_in_model_dtype && !m.attention_sinks;
   if (cpu_sdpa_math) {
     // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
     // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
@@ -473,7 +496,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // output viewed [b, s, heads, 3d], transposed, chunked), so its whole output stays as well
       // (measured, peak dump of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/
       // adamw_fused: each layer's fp32 [896, 192] addmm alive at the loss backward, no v copy).
-      const bool v_views_fused = v_view_of_fused_qkv(m.family) && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
+      const bool v_views_fused = fam.v_view_of_fused_qkv && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
       v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
       const u64 vv = add(vv_own, v_excess);
       // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
@@ -481,7 +504,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
       // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
       // under autocast the matmul casts them back to half)
-      const bool qk_fp32 = upcasts_qk(m.family) && p == 2 && !d.amp;
+      const bool qk_fp32 = fam.qk_in_fp32 && p == 2 && !d.amp;
       const u64 q_kept = qk_fp32 ? mul(4, qw) : q_bytes, k_kept = qk_fp32 ? mul(4, kw) : kk;
       keep(add(q_kept, k_kept));
       // QK^T keeps q for k's gradient and k for q's. In a first layer whose input needs no
@@ -529,13 +552,13 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd at layer 1's attention: fp32
       // baddbmm (4, 512, 512), add and _softmax (1, 4, 512, 512), and layer 0's _softmax; half
       // models are counted by fwd_only_s below)
-      if ((m.family == "falcon" && !m.alibi) || (m.family == "bloom" && p == 4 && !d.amp)) fwd_s = mul(3, p, a);
+      if (fam.scores_locals || (fam.scores_locals_fp32 && p == 4 && !d.amp)) fwd_s = mul(3, p, a);
       // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
       // softmax, the half scores and masked scores, the fp32 copy and the softmax output
       // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
       // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
       // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
-      if (fp32_softmax && p != 4 && !d.amp && !upcasts_qk(m.family)) fwd_only_s = mul(a, add(mul(2, p), 8));
+      if (fp32_softmax && p != 4 && !d.amp && !fam.qk_in_fp32) fwd_only_s = mul(a, add(mul(2, p), 8));
       // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
       // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
       // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
@@ -612,7 +635,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
       // layer, full causal, keeps neither).
       const bool windowed_here = g.local_mask(seq);
-      const bool layer_mask = (m.family == "falcon" && !m.alibi && m.causal) ||
+      const bool layer_mask = (fam.per_layer_mask && m.causal) ||
                               (windowed_here && m.causal && r.device == Device::Cpu);
       if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
         k_bytes = mul(p, qw);
@@ -649,14 +672,14 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // pass-through parts (cat): q is contiguous [b, heads, s, d], the CPU flash kernel's output
   // follows that layout, and transpose(1, 2).contiguous() is a copy that o_proj keeps (measured,
   // peakdump phi3-tiny lora fp32 sdpa: clone (2,64,8,16) next to the SDPA output)
-  const bool cat_rotary = m.family == "phi" || m.family == "phi3" || m.family == "stablelm" || m.family == "gpt_neox";
+  const bool cat_rotary = fam.rotary_by_cat;
   if (o_in.shared && out_is_kept && (cat_rotary || impl.attn_output_copied) && r.device == Device::Cpu &&
       r.attention == AttentionImpl::Sdpa)
     keep(mul(p, ow));
   keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));  // residual dropout after o_proj
   // Gemma2/Gemma3 also normalise the attention and MLP outputs before the residual add
   // (post_attention_layernorm, post_feedforward_layernorm): each keeps what a norm keeps.
-  const bool post_norms = m.family == "gemma2" || m.family == "gemma3_text";
+  const bool post_norms = fam.post_norms;
   if (post_norms) keep_hidden(norm(false));
   // (CPU SDPA's math path likewise: o_proj's node has run before the math ops' backward; measured,
   // peak dump of tuning case biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw at the PV bmm's
@@ -682,7 +705,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
     // at the last layer's _softmax: both norms' [2, 160, 512] outputs of that layer). GPT-NeoX
     // calls post_attention_layernorm after its attention.
-    if (m.family == "falcon" && m.parallel_two_norms)
+    if (fam.mlp_norm_before_attention && m.parallel_two_norms)
       mlp_pre_attn = add(mlp_norm, mlp_in.shared ? mul(norm_out, h) : 0);
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
@@ -773,7 +796,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
     // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
     // (the hidden states' dtype: fp32 under autocast)
-    const u64 route_w = (m.family == "mixtral" || fp32_router) ? 4 : d.residual;
+    const u64 route_w = fam.fp32_route_weights ? 4 : d.residual;
     // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
     // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
     // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
@@ -794,7 +817,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       keep(down_in.extra);
       if (down_in.shared) keep(mul(p, g.shared_intermediate));
       held_by_ctx(down_in, mul(p, g.shared_intermediate));
-      if (m.family == "qwen2_moe") keep(add(mul(p, h), p));  // shared output and sigmoid gate
+      if (fam.sigmoid_gated_shared_expert) keep(add(mul(p, h), p));  // shared output and sigmoid gate
     }
   } else {
     // Forward moments inside the MLP, where its [T, i] tensors pile up (bytes per token, with
@@ -873,7 +896,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
     // a local until the block returns: a [T, h] alive through the MLP that nothing saves
     // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
-    if (m.family == "gpt2" || m.family == "gpt_bigcode") {
+    if (fam.block_keeps_attn_output) {
       mlp_fwd_point = add(mlp_fwd_point, mul(p, h));
       mlp_recompute_point = add(mlp_recompute_point, mul(p, h));
     }
@@ -893,7 +916,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
   out.first_qk_unkept = mul(first_qk_unkept, tokens);
-  if (r.attention == AttentionImpl::Eager && loop_keeps_attention_probs(m.family)) out.returned_probs = mul(p, a, tokens, s);
+  if (r.attention == AttentionImpl::Eager && fam.loop_keeps_attention_probs) out.returned_probs = mul(p, a, tokens, s);
   const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
@@ -913,7 +936,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw: layer 1's mm [512, 240]
     // alive at its _softmax, freed after the PV matmul; peak dump of
     // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd: addmm (512, 384) at layer 1's attention)
-    const bool fused_qkv_kept = (m.family == "falcon" && !m.alibi) || m.family == "bloom";
+    const bool fused_qkv_kept = fam.fused_qkv_local;
     const u64 fused_qkv_local = fused_qkv_kept && r.attention == AttentionImpl::Eager ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
     const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
                                       : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
@@ -1114,7 +1137,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // Python ops (gelu_new) holds fc1's output and three of its temporaries, other activations
   // fc1 out + act out; a fused-expert MoE holds per routed slot the gathered input, the gate_up
   // output, act out and the product. Attention holds q, k, v and its output.
-  const u64 hidden_live = mul(m.family == "gpt2" || m.family == "gpt_bigcode" ? 5 : 4, d.residual, h);
+  const u64 hidden_live = mul(fam.block_keeps_attn_output ? 5 : 4, d.residual, h);
   u64 mlp_live = 0;
   if (g.moe) {
     mlp_live = mul(moe_slots, p, add(h, mul(4, g.mlp_intermediate)));
@@ -1128,10 +1151,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // Falcon (eager): scores, scores + mask and the softmax are alive at once, and each decoder
   // layer returns its attention probabilities, which the model's loop keeps through the next
   // layer's forward (measured, falcon/lora/fp32/gc/eager forward peak)
-  if (r.attention == AttentionImpl::Eager && m.family == "falcon") inf_s = mul(4, p, a);
+  if (r.attention == AttentionImpl::Eager && fam.no_grad_four_scores) inf_s = mul(4, p, a);
   // the score tensors exist during attention, not next to the MLP's intermediates
   u64 attn_moment = add(mul(attn_live, tokens), mul(inf_s, tokens, s));
-  if (r.attention == AttentionImpl::Eager && m.family == "bloom") {
+  if (r.attention == AttentionImpl::Eager && fam.baddbmm_attention) {
     attn_moment = bloom_attention_moment(p, d.residual, add(qw, mul(2, kw)), ow, h, a, tokens, s);
     // Under checkpointing the layer input and inputs_embeds (hidden_live's first two) are kept
     // tensors, counted with the checkpointed inputs; BLOOM's list is complete without them (its
@@ -1280,7 +1303,7 @@ u64 eager_mask_count(const ModelSpec& m) {
   // tuning case gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd: two fp32 [1, 1, 1024, 1024]
   // `where` outputs alive in the last layer's recomputed backward.
   std::set<u64> windows;
-  for (const LayerGroup& g : m.groups) windows.insert(window_from_buffer(m.family) ? 0 : g.sliding_window);
+  for (const LayerGroup& g : m.groups) windows.insert(family_activations(m).window_from_buffer ? 0 : g.sliding_window);
   return std::max<u64>(1, windows.size());
 }
 
@@ -1326,9 +1349,16 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   const bool embeds_need_grad = r.task == Task::Full || r.gradient_checkpointing;
   if (embeds_need_grad) {
     bytes = add(bytes, mul(tokens, dropout_mask(m.embedding_dropout, r, d.compute), m.hidden));
-    if (m.family == "bloom") bytes = add(bytes, mul(add(mul(d.residual, m.hidden), 8), tokens));  // embedding LayerNorm
+    if (family_activations(m).embedding_layernorm) bytes = add(bytes, mul(add(mul(d.residual, m.hidden), 8), tokens));  // embedding LayerNorm
   }
   return bytes;
+}
+
+const FamilyActivations& family_activations(const ModelSpec& m) {
+  const std::string_view family = m.family == "falcon" && m.alibi ? "falcon (alibi)" : std::string_view(m.family);
+  for (const FamilyActivations& row : kFamilyActivations)
+    if (family == row.family) return row;
+  return kLlamaLike;
 }
 
 }  // namespace memfit::detail

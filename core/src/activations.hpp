@@ -25,6 +25,37 @@ struct Dtypes {
 /// utils/other.py: params of dtype fp16/bf16 that are not Params4bit).
 [[nodiscard]] bool kbit_upcast(const Request& r);
 
+/// Where a family's Transformers implementation departs from the Llama-like layer the engine
+/// counts: one row per family (activations.cpp kFamilyActivations, each column citing its
+/// modeling file or measurement). Falcon's rotary and alibi paths are separate rows.
+struct FamilyActivations {
+  const char* family = "";
+  bool qk_in_fp32 = false;               ///< eager QK^T computed in fp32 whatever the dtype
+  bool v_view_of_fused_qkv = false;      ///< eager v is a view of the fused q/k/v output
+  bool loop_keeps_attention_probs = false;  ///< the block returns its probabilities, the loop keeps them
+  bool window_from_buffer = false;       ///< local layers mask with a causal buffer of the module
+  bool softmax_in_model_dtype = false;   ///< eager softmax without an fp32 upcast
+  bool norm_fp32_one_plus_weight = false;   ///< RMSNorm multiplies in fp32 by (1 + weight)
+  bool qk_norm_per_head = false;         ///< RMSNorm on q and k per head
+  bool qk_norm_full_width = false;       ///< RMSNorm on q and k over the whole width
+  bool rotary_by_cat = false;            ///< rotated q/k built by cat of rotary and pass-through parts
+  bool post_norms = false;               ///< norms after attention and MLP, before the residual add
+  bool block_keeps_attn_output = false;  ///< the block keeps attn_output as a local through the MLP
+  bool fp32_router = false;              ///< MoE router scores in fp32
+  bool fp32_route_weights = false;       ///< MoE routing weights stay fp32
+  bool sigmoid_gated_shared_expert = false;  ///< the shared expert's output is gated by a sigmoid
+  bool scores_locals = false;            ///< eager attention holds raw, masked and softmaxed scores at once
+  bool scores_locals_fp32 = false;       ///< the same, counted here in fp32 only (half: the upcast rule)
+  bool per_layer_mask = false;           ///< a causal model builds the mask in each layer
+  bool mlp_norm_before_attention = false;   ///< with two parallel norms, the MLP's norm runs first
+  bool no_grad_four_scores = false;      ///< no-grad eager forward: four score tensors alive
+  bool baddbmm_attention = false;        ///< alibi scores by baddbmm (bloom_attention_moment)
+  bool fused_qkv_local = false;          ///< attention keeps query_key_value's output as a local
+  bool embedding_layernorm = false;      ///< a LayerNorm right after the word embedding
+};
+/// The row of a model (Falcon with alibi has its own); an all-false row for Llama-like families.
+[[nodiscard]] const FamilyActivations& family_activations(const ModelSpec& m);
+
 /// Which Linear layers of a layer group keep their input for the weight gradient.
 struct TrainableLinears {
   std::vector<bool> saves_input;  ///< per LayerGroup::linears entry

@@ -136,7 +136,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // a post-feedforward RMSNorm after down_proj: their worst backward moment is that norm's fp32
     // backward, before down_proj's node runs (measured, peakdump gemma2/full/bf16/gc/eager: the
     // peak at post_feedforward_layernorm's backward, no gradient of the layer yet)
-    const bool post_ff_norm = m.family == "gemma2" || m.family == "gemma3_text";
+    const bool post_ff_norm = detail::family_activations(m).post_norms;
     // FSDP2 (not torchtune's per-module units): the unit's gradients accumulate unsharded on its
     // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
     // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
