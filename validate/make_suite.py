@@ -551,7 +551,8 @@ def pattern_cases():
                lora={"rank": 8, "alpha": 16, "targets": ["dense_h_to_4h", "dense_4h_to_h"], "dropout": 0.0}),
         shaped("falcon", "falcon/h128-L3-V1024/lora-r8-all/fp32/nogc/eager/b1s384/sgd", 1, 3, 1024,
                task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=384,
-               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),        # the same rule in the other families whose loop keeps each block's returned probabilities
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        # the same rule in the other families whose loop keeps each block's returned probabilities
         shaped("bloom", "bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd", 1, 2, 1024,
                task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=512,
                lora={"rank": 8, "alpha": 16, "targets": ["dense_h_to_4h", "dense_4h_to_h"], "dropout": 0.0}),
@@ -561,6 +562,12 @@ def pattern_cases():
         shaped("gpt_neo", "gpt_neo/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd", 1, 2, 1024,
                task="lora", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=512,
                lora={"rank": 8, "alpha": 16, "targets": ["c_fc", "c_proj"], "dropout": 0.0}),
+        # GPT-2 under autocast with attention dropout: the probabilities are cast to v's dtype before
+        # dropout (holdout 5's gpt2 amp_bf16 Adafactor pattern, here with SGD and with Adafactor)
+        shaped("gpt2", "gpt2/h192-L4-V1024/full/amp_bf16/nogc/eager/b1s256/sgd", 1.5, 4, 1024,
+               precision="amp_bf16", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=256),
+        shaped("gpt2", "gpt2/h256-L2-V2048/full/amp_bf16/nogc/eager/b2s96/adafactor", 2, 2, 2048,
+               precision="amp_bf16", attention="eager", optimizer="adafactor", micro_batch_size=2, sequence_length=96),
     ]
 
 

@@ -74,6 +74,8 @@ u64 activation_saves(const std::string& act) {
 //   (the other families' loops keep only the hidden states).
 // - window_from_buffer: GPT-Neo's `_attn` masks local layers with `self.bias[...]` in torch.where.
 // - softmax_in_model_dtype: GPT-2, BioGPT, BERT and Falcon call softmax without dtype=float32.
+// - probs_to_value_dtype: GPT-2's eager_attention_forward casts the probabilities to v's dtype
+//   (`attn_weights.type(value.dtype)`) before dropout; BioGPT and BERT drop the softmax's output.
 // - norm_fp32_one_plus_weight, post_norms: Gemma's RMSNorm; Gemma2/3 post-attention and
 //   post-feedforward norms. qk_norm_*: Qwen3 / Gemma3 per head, OLMo2 over the width.
 // - rotary_by_cat: Phi, Phi-3, StableLM and GPT-NeoX concatenate the rotary and pass-through parts.
@@ -86,7 +88,7 @@ u64 activation_saves(const std::string& act) {
 //   the word embedding.
 // clang-format off
 constexpr FamilyActivations kFamilyActivations[] = {
-    {.family = "gpt2", .softmax_in_model_dtype = true, .block_keeps_attn_output = true},
+    {.family = "gpt2", .softmax_in_model_dtype = true, .probs_to_value_dtype = true, .block_keeps_attn_output = true},
     {.family = "gpt_bigcode", .block_keeps_attn_output = true},
     {.family = "biogpt", .softmax_in_model_dtype = true},
     {.family = "bert", .softmax_in_model_dtype = true},
@@ -535,10 +537,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       }
       if (d.amp && !fp32_softmax) {
         // autocast runs softmax in fp32 (the autocast fp32 op list) even where the model does not
-        // upcast: softmax keeps its fp32 output, dropout works on fp32 (keeping its mask), and the
-        // PV matmul keeps its own half cast of the (dropped) probabilities
+        // upcast: softmax keeps its fp32 output, and the PV matmul keeps a half copy of the (dropped)
+        // probabilities. Dropout works on fp32 (keeping an fp32 mask; the matmul's cast is the copy),
+        // or, where the model casts the probabilities to v's dtype first, on that half copy (a half
+        // mask; its output is the copy). Measured, tuning case
+        // gpt2/h192-L4-V1024/full/amp_bf16/nogc/eager/b1s256/sgd at the loss backward: per layer
+        // an fp32 _softmax, a bf16 empty_like (the mask) and a bf16 mul, each [1, 6, 256, 256].
         probs = add(4, 2);
-        if (m.attention_dropout > 0) probs = add(probs, dropout_mask(m.attention_dropout, r, 4));
+        if (m.attention_dropout > 0)
+          probs = add(probs, dropout_mask(m.attention_dropout, r, fam.probs_to_value_dtype ? p : 4));
       }
       saved_s = add(saved_s, mul(a, probs));
       fwd_s = mul(2, p, a);
@@ -569,7 +576,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       {
         const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
         const u64 capped = m.attn_logit_softcapping ? p : 0;
-        const u64 drop_dtype = (d.amp && !fp32_softmax) ? 4 : p;
+        const u64 drop_dtype = (d.amp && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
         u64 worst = add(capped, mul(3, sm));
         if (m.attention_dropout > 0)
           worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));

@@ -35,6 +35,7 @@ struct FamilyActivations {
   bool loop_keeps_attention_probs = false;  ///< the block returns its probabilities, the loop keeps them
   bool window_from_buffer = false;       ///< local layers mask with a causal buffer of the module
   bool softmax_in_model_dtype = false;   ///< eager softmax without an fp32 upcast
+  bool probs_to_value_dtype = false;     ///< eager probabilities cast to v's dtype before dropout
   bool norm_fp32_one_plus_weight = false;   ///< RMSNorm multiplies in fp32 by (1 + weight)
   bool qk_norm_per_head = false;         ///< RMSNorm on q and k per head
   bool qk_norm_full_width = false;       ///< RMSNorm on q and k over the whole width
