@@ -92,8 +92,11 @@ rm -rf "$cases_dir"
 # cpu_holdout4.json (1 of 160, -3.28 %), whose patterns were then fixed on new tuning cases, so
 # they are gated at 2 % too; and cpu_holdout5.json, drawn and measured after that, before any of
 # its estimates was read: the figure to quote. Its first replay left 3 of 160 over 2 % (worst
-# -22.17 %, Falcon, since fixed on new tuning cases; +6.89 % and +2.41 % open); its gate
-# (MEMFIT_HOLDOUT5_TOLERANCE) only catches a regression past the worst open case.
+# -22.17 %, Falcon, since fixed on new tuning cases; GPT-2 autocast +6.89 %, since +3.44 %, and
+# StarCoder2 +2.41 % open); its gate (MEMFIT_HOLDOUT5_TOLERANCE) only catches a regression past
+# the worst open case. cpu_holdout6.json, drawn and measured after the Falcon fix, before any of
+# its estimates was read: 2 of 160 over 2 % at its first replay (max 2.55 %, both open); gated at
+# 3 % (MEMFIT_HOLDOUT6_TOLERANCE) for the same reason.
 echo "CPU validation, holdout set: replay of data/measurements/cpu-holdout.jsonl"
 ./build/native/cli/memfit validate --replay data/measurements/cpu-holdout.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
 echo "CPU validation, holdout set 2: replay of data/measurements/cpu-holdout2.jsonl"
@@ -103,7 +106,9 @@ echo "CPU validation, holdout set 3: replay of data/measurements/cpu-holdout3.js
 echo "CPU validation, holdout set 4: replay of data/measurements/cpu-holdout4.jsonl"
 ./build/native/cli/memfit validate --replay data/measurements/cpu-holdout4.jsonl --tolerance "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
 echo "CPU validation, holdout set 5: replay of data/measurements/cpu-holdout5.jsonl"
-./build/native/cli/memfit validate --replay data/measurements/cpu-holdout5.jsonl --tolerance "${MEMFIT_HOLDOUT5_TOLERANCE:-7}"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout5.jsonl --tolerance "${MEMFIT_HOLDOUT5_TOLERANCE:-4}"
+echo "CPU validation, holdout set 6: replay of data/measurements/cpu-holdout6.jsonl"
+./build/native/cli/memfit validate --replay data/measurements/cpu-holdout6.jsonl --tolerance "${MEMFIT_HOLDOUT6_TOLERANCE:-3}"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null
