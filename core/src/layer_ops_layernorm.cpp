@@ -339,6 +339,12 @@ void sdpa_math_with_dropout(OpList& l, bool half) {
                Dt::F32});
   // in half precision the fp32 output is cast back; the transpose copy o_proj keeps reads it
   if (half) e.push_back({"attn.out_half", "_to_copy", tq, Dt::Model, false, "attn.copy", tq});
+  // the PV matmul's node releases the dropped probabilities and the v copy it kept, dropout's mul
+  // the noise, before the next node's gradient exists [D: bmm, mul]
+  for (TensorOp& t : e) {
+    if (t.name == "attn.probs_dropped" || t.name == "attn.v_copy") t.released_by = "attn.pv";
+    if (t.name == "attn.probs_noise") t.released_by = "attn.probs_dropped";
+  }
   l.insert(at, e.begin(), e.end());
 }
 
