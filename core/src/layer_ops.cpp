@@ -8,6 +8,7 @@
 //  [P] peft tuners/lora/layer.py (Linear.forward: lora_B(lora_A(dropout(x))) * scaling, the input
 //      cast to the adapter dtype, the result cast back)
 //  [F] aten _scaled_dot_product_flash_attention (CPU): saves q, k, v, output and logsumexp
+//  [K] transformers masking_utils.py (sdpa_mask: the bool mask of a sliding window)
 #include "layer_ops.hpp"
 
 #include "layer_ops_rms.hpp"
@@ -335,6 +336,13 @@ OpList embedding(const LayerSetup& s) {
   // nothing [D], so it lives until the decoder stack returns [L]
   if (s.eager) {
     l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
+  // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
+  // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
+  // view) for all layers; each layer's SDPA turns it into its own float mask [K]
+  if (s.window_mask) {
+    l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
     l.back().checkpoint_input = true;
   }
   // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the last
