@@ -327,6 +327,14 @@ void edit_input_needs_no_grad(OpList& l) {
 
 OpList embedding(const LayerSetup& s) {
   OpList l;
+  // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
+  // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
+  // view) for all layers (before the rotary tables); each layer's SDPA turns it into its own float
+  // mask [K] (eager attention: the model's own float masks, the family's edit)
+  if (s.window_mask && !s.eager) {
+    l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
   // LlamaRotaryEmbedding [L]: cos and sin [b, s, head_dim] in the model dtype, used by every layer
   // (kept by every layer's rotary muls until the backward is over); position_ids is one row
   // shared by the batch, so they are [1, s, head_dim]
@@ -336,13 +344,6 @@ OpList embedding(const LayerSetup& s) {
   // nothing [D], so it lives until the decoder stack returns [L]
   if (s.eager) {
     l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
-    l.back().checkpoint_input = true;
-  }
-  // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
-  // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
-  // view) for all layers; each layer's SDPA turns it into its own float mask [K]
-  if (s.window_mask) {
-    l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
     l.back().checkpoint_input = true;
   }
   // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the last

@@ -157,6 +157,22 @@ void insert_qk_copies(OpList& l, std::string_view k_name = "attn.k_copy", Shape 
   l.insert(position(l, "attn.scores"), c.begin(), c.end());
 }
 
+/// softmax(dtype=float32).to(query.dtype) over half scores [H]: F.softmax with a dtype converts its
+/// input first (an fp32 copy nothing keeps) and _softmax saves its fp32 result [D]; the half scores
+/// stay a local until the cast back returns. The half probabilities are what the PV matmul keeps,
+/// released by its backward. Backward: the cast's gradient is fp32, softmax's backward runs in fp32,
+/// and the input conversion's backward casts the result back to the half dtype [D: _to_copy]
+/// (peak dump of tuning case phi/h256-L2-V1024/full/bf16/gc/eager/b1s512/adamw: three fp32
+/// [b, heads, s, s] at _softmax_backward_data, the softmax output, the cast's gradient and its own).
+void fp32_softmax_of_half(OpList& l) {
+  find_mut(l, "attn.masked")->dies_after = "attn.probs_half";
+  l.insert(position(l, "attn.softmax"), {"attn.masked_f32", "_to_copy", SS, Dt::F32, false, {}, SS});
+  find_mut(l, "attn.softmax")->grad_dtype = Dt::F32;
+  TensorOp probs{"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32};
+  probs.released_by = "attn.pv";
+  l.insert(position(l, "attn.softmax") + 1, probs);
+}
+
 }  // namespace
 
 /// PhiDecoderLayer [H]: one input_layernorm read by attention and MLP; out = resid_dropout(attn) +
@@ -188,8 +204,7 @@ OpList phi_layer(const LayerSetup& s) {
   l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "v_proj.out", "dense.out");
-  if (s.half && find_op(l, "attn.softmax"))
-    l.insert(position(l, "attn.softmax") + 1, {"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  if (s.half && s.eager) fp32_softmax_of_half(l);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -789,9 +804,16 @@ void add_embedding_dropout(OpList& l, const LayerSetup& s) {
 const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm_head,
                                 &edit_layernorm_input_needs_no_grad};
 /// PhiModel [H]: embed_tokens, embed_dropout (p > 0: noise and output), rotary cos / sin over the
-/// rotary dims.
+/// rotary dims; eager attention reads one [b, 1, s, s] mask in the model dtype built for all layers
+/// (create_causal_mask), alive until the decoder stack returns and kept by every checkpoint (peak
+/// dump of tuning case phi/h128-L2-V1024/lora-r16-all/bf16/gc/eager/b2s512/adamw: a bf16
+/// (2, 1, 512, 512) where alive at the recomputed layer's backward).
 OpList phi_embedding(const LayerSetup& s) {
   OpList l = gpt_neox_embedding(s);
+  if (s.eager) {
+    l.insert(l.end() - 1, {"causal_mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    (l.end() - 2)->checkpoint_input = true;
+  }
   if (s.embd_dropout) {
     l.back().dies_after = "embed.dropped";
     add_embedding_dropout(l, s);
