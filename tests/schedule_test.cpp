@@ -308,3 +308,14 @@ TEST_CASE("[.sched-peak] live allocations at the schedule's peak", "[.sched-peak
     std::printf("\n");
   }
 }
+
+// Diagnosis: the schedule's error on every covered tuning and check record, one line each (to diff
+// two builds).
+TEST_CASE("[.sched-list] schedule error per covered record", "[.sched-list]") {
+  for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
+                        "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"})
+    for (const Record& r : records(f)) {
+      const auto s = step_setup(request_of(r));
+      if (s) std::printf("%s %s %+.2f\n", f, r.name.c_str(), pct(double(peak_allocated(*s)), double(r.measured)));
+    }
+}

@@ -117,6 +117,8 @@ void plain_mlp(OpList& l, const LayerSetup& s, std::string_view last_local, bool
   l.push_back(linear("fc1.out", TI, TH, Sym::H, Sym::I, s.act != Activation::Relu, {}, bias));
   l.push_back({"mlp.act", s.act == Activation::Relu ? "relu" : "gelu", TI, Dt::Model, true, {}, TI});
   l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local, bias));
+  // gelu's output is kept by fc2 alone (trained): fc2's backward releases it before gelu's runs
+  if (s.act != Activation::Relu && s.full) find_mut(l, "mlp.act")->released_by = "fc2.out";
 }
 
 /// Dropout with p > 0 on CPU (ATen _dropout_impl): a bernoulli noise tensor in the input's dtype,
