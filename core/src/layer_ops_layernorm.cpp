@@ -710,8 +710,14 @@ OpList layernorm_head(const LayerSetup& s) {
   OpList l;
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
   layer_norm(l, kLnF);
-  if (!s.full)
+  if (!s.full) {
+    // a frozen lm_head keeps nothing of its input (its input gradient needs the weight only) [D],
+    // so the final norm's output is only the model output's last_hidden_state, dropped once the
+    // loss is computed [M]
     for (TensorOp& t : l) t.weight = kNone, t.bias = kNone;
+    find_mut(l, "ln_f.out")->saved = false;
+    find_mut(l, "ln_f.out")->dies_after = "loss.log_softmax";
+  }
   l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   if (s.full && s.head_bias) find_mut(l, "logits")->bias = shape(Sym::V);
