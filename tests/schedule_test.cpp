@@ -279,9 +279,11 @@ TEST_CASE("[.sched-peak] live allocations at the schedule's peak", "[.sched-peak
     std::int64_t cur = 0, peak = 0;
     size_t at = 0;
     std::vector<std::int64_t> sizes;
+    const char* only = std::getenv("MEMFIT_AT");  // the highest moment an allocation of this name makes
     for (size_t i = 0; i < t.size(); ++i) {
       if (t[i] > 0) sizes.push_back(t[i]), cur += t[i];
       else cur -= sizes[size_t(-t[i] - 1)];
+      if (only && (t[i] < 0 || names[sizes.size() - 1] != only)) continue;
       if (cur > peak) peak = cur, at = i;
     }
     std::vector<bool> alive(sizes.size(), false);
