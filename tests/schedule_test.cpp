@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -260,4 +261,63 @@ TEST_CASE("[.sched-all] schedule vs every tuning and check record", "[.sched-all
 TEST_CASE("[.sched-holdout] schedule vs the holdout records", "[.sched-holdout]") {
   print_schedule_vs_records({"cpu-holdout.jsonl", "cpu-holdout2.jsonl", "cpu-holdout3.jsonl", "cpu-holdout4.jsonl",
                              "cpu-holdout5.jsonl"});
+}
+
+// Diagnosis: the live allocations at the schedule's peak for the record named by $MEMFIT_CASE in
+// $MEMFIT_RECORD (default cpu-suite-generated.jsonl).
+TEST_CASE("[.sched-peak] live allocations at the schedule's peak", "[.sched-peak]") {
+  const char* name = std::getenv("MEMFIT_CASE");
+  const char* file = std::getenv("MEMFIT_RECORD");
+  if (!name) return;
+  for (const Record& r : records(file ? file : "cpu-suite-generated.jsonl")) {
+    if (r.name != name) continue;
+    const auto s = step_setup(request_of(r));
+    REQUIRE(s);
+    std::vector<std::string> names;
+    const auto t = step_trace(*s, &names);
+    std::vector<std::int64_t> live;
+    std::int64_t cur = 0, peak = 0;
+    size_t at = 0;
+    std::vector<std::int64_t> sizes;
+    const char* only = std::getenv("MEMFIT_AT");  // the highest moment an allocation of this name makes
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t[i] > 0) sizes.push_back(t[i]), cur += t[i];
+      else cur -= sizes[size_t(-t[i] - 1)];
+      if (only && (t[i] < 0 || names[sizes.size() - 1] != only)) continue;
+      if (cur > peak) peak = cur, at = i;
+    }
+    std::vector<bool> alive(sizes.size(), false);
+    size_t k = 0;
+    for (size_t i = 0; i <= at; ++i) {
+      if (t[i] > 0) alive[k++] = true;
+      else alive[size_t(-t[i] - 1)] = false;
+    }
+    std::printf("measured %llu schedule %lld (%+.2f %%) at event %zu of %zu\n", (unsigned long long)r.measured,
+                (long long)peak, pct(double(peak), double(r.measured)), at, t.size());
+    std::map<std::string, std::pair<int, std::int64_t>> by;
+    for (size_t i = 0; i < sizes.size(); ++i)
+      if (alive[i]) ++by[names[i]].first, by[names[i]].second += sizes[i];
+    std::vector<std::pair<std::int64_t, std::string>> rows;
+    for (auto& [n, v] : by) rows.push_back({v.second, n + " x" + std::to_string(v.first)});
+    std::sort(rows.rbegin(), rows.rend());
+    for (auto& [b, n] : rows) std::printf("%12lld %s\n", (long long)b, n.c_str());
+    std::printf("last events:");
+    size_t idx = 0;
+    std::vector<size_t> alloc_of(t.size());
+    for (size_t i = 0; i < t.size(); ++i) alloc_of[i] = t[i] > 0 ? idx++ : size_t(-t[i] - 1);
+    for (size_t i = at > 40 ? at - 40 : 0; i <= at + 5 && i < t.size(); ++i)
+      std::printf(" %s%s(%lld)", t[i] > 0 ? "+" : "-", names[alloc_of[i]].c_str(), (long long)sizes[alloc_of[i]]);
+    std::printf("\n");
+  }
+}
+
+// Diagnosis: the schedule's error on every covered tuning and check record, one line each (to diff
+// two builds).
+TEST_CASE("[.sched-list] schedule error per covered record", "[.sched-list]") {
+  for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
+                        "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"})
+    for (const Record& r : records(f)) {
+      const auto s = step_setup(request_of(r));
+      if (s) std::printf("%s %s %+.2f\n", f, r.name.c_str(), pct(double(peak_allocated(*s)), double(r.measured)));
+    }
 }

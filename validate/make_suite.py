@@ -568,6 +568,16 @@ def pattern_cases():
                precision="amp_bf16", attention="eager", optimizer="sgd", micro_batch_size=1, sequence_length=256),
         shaped("gpt2", "gpt2/h256-L2-V2048/full/amp_bf16/nogc/eager/b2s96/adafactor", 2, 2, 2048,
                precision="amp_bf16", attention="eager", optimizer="adafactor", micro_batch_size=2, sequence_length=96),
+        # Phi in bf16 with eager attention at long sequences, AdamW: full without and with
+        # checkpointing, all-linear LoRA with checkpointing (check misses: phi full bf16 nogc eager
+        # s512, full bf16 gc eager s384 gas2, lora-r64-all bf16 gc eager s512)
+        shaped("phi", "phi/h128-L2-V1024/full/bf16/nogc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", micro_batch_size=2, sequence_length=512),
+        shaped("phi", "phi/h256-L2-V1024/full/bf16/gc/eager/b1s512/adamw", 2, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=512),
+        shaped("phi", "phi/h128-L2-V1024/lora-r16-all/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=512, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 

@@ -8,6 +8,7 @@
 //  [P] peft tuners/lora/layer.py (Linear.forward: lora_B(lora_A(dropout(x))) * scaling, the input
 //      cast to the adapter dtype, the result cast back)
 //  [F] aten _scaled_dot_product_flash_attention (CPU): saves q, k, v, output and logsumexp
+//  [K] transformers masking_utils.py (sdpa_mask: the bool mask of a sliding window)
 #include "layer_ops.hpp"
 
 #include "layer_ops_rms.hpp"
@@ -326,6 +327,14 @@ void edit_input_needs_no_grad(OpList& l) {
 
 OpList embedding(const LayerSetup& s) {
   OpList l;
+  // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
+  // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
+  // view) for all layers (before the rotary tables); each layer's SDPA turns it into its own float
+  // mask [K] (eager attention: the model's own float masks, the family's edit)
+  if (s.window_mask && !s.eager) {
+    l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
   // LlamaRotaryEmbedding [L]: cos and sin [b, s, head_dim] in the model dtype, used by every layer
   // (kept by every layer's rotary muls until the backward is over); position_ids is one row
   // shared by the batch, so they are [1, s, head_dim]

@@ -58,8 +58,8 @@ inline const Shape kNone{};
 
 /// Element type roles: the model's dtype, fp32 (upcasts), the LoRA adapters' dtype, int64, and
 /// native_layer_norm's mean / rstd (the input dtype on CPU, fp32 on CUDA), and the half dtype
-/// autocast computes in.
-enum class Dt : std::uint8_t { Model, F32, Adapter, I64, NormStats, Half };
+/// autocast computes in, and bool (masks).
+enum class Dt : std::uint8_t { Model, F32, Adapter, I64, NormStats, Half, Bool };
 
 struct Dtypes {
   u64 model = 4, adapter = 4;
@@ -73,6 +73,7 @@ struct Dtypes {
       case Dt::I64: return 8;
       case Dt::NormStats: return norm_stats;
       case Dt::Half: return half;
+      case Dt::Bool: return 1;
     }
     return model;
   }

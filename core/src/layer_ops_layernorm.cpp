@@ -117,6 +117,8 @@ void plain_mlp(OpList& l, const LayerSetup& s, std::string_view last_local, bool
   l.push_back(linear("fc1.out", TI, TH, Sym::H, Sym::I, s.act != Activation::Relu, {}, bias));
   l.push_back({"mlp.act", s.act == Activation::Relu ? "relu" : "gelu", TI, Dt::Model, true, {}, TI});
   l.push_back(linear("fc2.out", TH, TI, Sym::I, Sym::H, false, last_local, bias));
+  // gelu's output is kept by fc2 alone (trained): fc2's backward releases it before gelu's runs
+  if (s.act != Activation::Relu && s.full) find_mut(l, "mlp.act")->released_by = "fc2.out";
 }
 
 /// Dropout with p > 0 on CPU (ATen _dropout_impl): a bernoulli noise tensor in the input's dtype,
@@ -157,6 +159,22 @@ void insert_qk_copies(OpList& l, std::string_view k_name = "attn.k_copy", Shape 
   l.insert(position(l, "attn.scores"), c.begin(), c.end());
 }
 
+/// softmax(dtype=float32).to(query.dtype) over half scores [H]: F.softmax with a dtype converts its
+/// input first (an fp32 copy nothing keeps) and _softmax saves its fp32 result [D]; the half scores
+/// stay a local until the cast back returns. The half probabilities are what the PV matmul keeps,
+/// released by its backward. Backward: the cast's gradient is fp32, softmax's backward runs in fp32,
+/// and the input conversion's backward casts the result back to the half dtype [D: _to_copy]
+/// (peak dump of tuning case phi/h256-L2-V1024/full/bf16/gc/eager/b1s512/adamw: three fp32
+/// [b, heads, s, s] at _softmax_backward_data, the softmax output, the cast's gradient and its own).
+void fp32_softmax_of_half(OpList& l) {
+  find_mut(l, "attn.masked")->dies_after = "attn.probs_half";
+  l.insert(position(l, "attn.softmax"), {"attn.masked_f32", "_to_copy", SS, Dt::F32, false, {}, SS});
+  find_mut(l, "attn.softmax")->grad_dtype = Dt::F32;
+  TensorOp probs{"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32};
+  probs.released_by = "attn.pv";
+  l.insert(position(l, "attn.softmax") + 1, probs);
+}
+
 }  // namespace
 
 /// PhiDecoderLayer [H]: one input_layernorm read by attention and MLP; out = resid_dropout(attn) +
@@ -188,8 +206,7 @@ OpList phi_layer(const LayerSetup& s) {
   l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "v_proj.out", "dense.out");
-  if (s.half && find_op(l, "attn.softmax"))
-    l.insert(position(l, "attn.softmax") + 1, {"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  if (s.half && s.eager) fp32_softmax_of_half(l);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -339,6 +356,12 @@ void sdpa_math_with_dropout(OpList& l, bool half) {
                Dt::F32});
   // in half precision the fp32 output is cast back; the transpose copy o_proj keeps reads it
   if (half) e.push_back({"attn.out_half", "_to_copy", tq, Dt::Model, false, "attn.copy", tq});
+  // the PV matmul's node releases the dropped probabilities and the v copy it kept, dropout's mul
+  // the noise, before the next node's gradient exists [D: bmm, mul]
+  for (TensorOp& t : e) {
+    if (t.name == "attn.probs_dropped" || t.name == "attn.v_copy") t.released_by = "attn.pv";
+    if (t.name == "attn.probs_noise") t.released_by = "attn.probs_dropped";
+  }
   l.insert(at, e.begin(), e.end());
 }
 
@@ -687,8 +710,14 @@ OpList layernorm_head(const LayerSetup& s) {
   OpList l;
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
   layer_norm(l, kLnF);
-  if (!s.full)
+  if (!s.full) {
+    // a frozen lm_head keeps nothing of its input (its input gradient needs the weight only) [D],
+    // so the final norm's output is only the model output's last_hidden_state, dropped once the
+    // loss is computed [M]
     for (TensorOp& t : l) t.weight = kNone, t.bias = kNone;
+    find_mut(l, "ln_f.out")->saved = false;
+    find_mut(l, "ln_f.out")->dies_after = "loss.log_softmax";
+  }
   l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   if (s.full && s.head_bias) find_mut(l, "logits")->bias = shape(Sym::V);
@@ -783,9 +812,16 @@ void add_embedding_dropout(OpList& l, const LayerSetup& s) {
 const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm_head,
                                 &edit_layernorm_input_needs_no_grad};
 /// PhiModel [H]: embed_tokens, embed_dropout (p > 0: noise and output), rotary cos / sin over the
-/// rotary dims.
+/// rotary dims; eager attention reads one [b, 1, s, s] mask in the model dtype built for all layers
+/// (create_causal_mask), alive until the decoder stack returns and kept by every checkpoint (peak
+/// dump of tuning case phi/h128-L2-V1024/lora-r16-all/bf16/gc/eager/b2s512/adamw: a bf16
+/// (2, 1, 512, 512) where alive at the recomputed layer's backward).
 OpList phi_embedding(const LayerSetup& s) {
   OpList l = gpt_neox_embedding(s);
+  if (s.eager) {
+    l.insert(l.end() - 1, {"causal_mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    (l.end() - 2)->checkpoint_input = true;
+  }
   if (s.embd_dropout) {
     l.back().dies_after = "embed.dropped";
     add_embedding_dropout(l, s);
