@@ -155,6 +155,7 @@ struct LayerSetup {
   bool logits_fp32_in_model = false;  ///< the model casts its logits to fp32 (CodeGen, GPT-Neo)
   bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
   bool one_sequence = false;  ///< micro-batch 1: torch.matmul folds [b, heads] of a strided view without a copy
+  bool heads_split_copied = false;  ///< CodeGen: _split_heads' reshape copies q, k and v (> 4 heads)
   const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
 };
 
