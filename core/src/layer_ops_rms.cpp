@@ -12,6 +12,9 @@
 //      GemmaMLP's gelu_pytorch_tanh keeps its input as silu does)
 //  [G2] transformers models/gemma2/modeling_gemma2.py (Gemma2DecoderLayer's four norms,
 //      eager_attention_forward's softcap, the final logit softcapping, the two decoder-wide masks)
+//  [O2] transformers models/olmo2/modeling_olmo2.py (Olmo2RMSNorm: (weight * x_hat).to(input dtype);
+//      Olmo2Attention: q_norm(q_proj(x)), k_norm(k_proj(x)) over the full width; Olmo2DecoderLayer:
+//      x + post_attention_layernorm(attn(x)), then x + post_feedforward_layernorm(mlp(x)))
 //  [P3] transformers models/phi3/modeling_phi3.py (Phi3Attention: qkv_proj sliced into q, k, v;
 //      apply_rotary_pos_emb: cat([rotated, pass-through]); Phi3MLP: gate_up_proj chunked)
 #include "layer_ops_rms.hpp"
@@ -64,7 +67,7 @@ void autocast_linear(OpList& l, const AutocastLinear& a) {
 /// weight keeps x_hat (its half cast in half precision); the normed heads take the projection's
 /// place as the rotary's input.
 void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const std::array<std::string_view, 7>& n,
-                   Shape width, Shape rows) {
+                   Shape width, Shape rows, Shape weight = shape(Sym::HeadDim)) {
   // under autocast the projection is half (autocast's linear) and the fp32 weight times its
   // half x_hat promotes the output back to fp32 (the model dtype there) [A]
   const bool half_in = s.half || s.autocast;
@@ -80,7 +83,7 @@ void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const 
   e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
   e.push_back({n[4], "mul", width, Dt::F32, s.full && !half_in, {}, width, kNone, Dt::Model, Dt::F32});
   if (half_in) e.push_back({n[5], "_to_copy", width, half, s.full, {}, width, kNone, Dt::Model, half});
-  e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, shape(Sym::HeadDim)});
+  e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, weight});
   l.insert(position(l, proj) + 1, e.begin(), e.end());
 }
 
@@ -203,6 +206,23 @@ void gemma2_layer(OpList& l, const LayerSetup& s) {
                   "post_ff.out"});
 }
 
+/// OLMo-2 [O2], in fp32 (schedule.cpp covers only that): no norm before the attention or the MLP;
+/// q_norm / k_norm over the whole q / k width (one variance per token, weights [q] / [kv]) before
+/// the rotary; post-attention and post-feedforward norms (weight * x_hat in fp32, then cast, as
+/// Gemma's) before the residual adds. q/k/v_proj and gate/up_proj then read the residual stream
+/// itself, which their mm keep [D].
+void olmo2_layer(OpList& l, const LayerSetup& s) {
+  l.erase(position(l, "norm1.pow"), position(l, "norm1.out") + 1);
+  l.erase(position(l, "norm2.pow"), position(l, "norm2.out") + 1);
+  head_rms_norm(l, s, "q_proj.out",
+                {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.x_hat_half", "q_norm.out"},
+                shape(Sym::T, Sym::Q), shape(Sym::T), shape(Sym::Q));
+  head_rms_norm(l, s, "k_proj.out",
+                {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.x_hat_half", "k_norm.out"},
+                shape(Sym::T, Sym::KV), shape(Sym::T), shape(Sym::KV));
+  gemma2_layer(l, s);
+}
+
 /// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
 void gemma2_softcap_scores(OpList& l, const LayerSetup& s) {
   gemma_norms(l, s);
@@ -241,6 +261,7 @@ void gemma2_head(OpList& l, const LayerSetup& s) {
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
+const FamilyEdits kOlmo2Edits{olmo2_layer, nullptr, nullptr};
 const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
 const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
 const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};
