@@ -180,8 +180,8 @@ void phi3_attention_layout(OpList& l, const LayerSetup& s) {
 /// post-feedforward norms), written as gemma_norms leaves norm1/norm2; its output dies after
 /// `reader`.
 void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::string_view reader,
-                    const std::array<std::string_view, 7>& n) {
-  const Shape TH = shape(Sym::T, Sym::H), T1 = shape(Sym::T);
+                    const std::array<std::string_view, 7>& n, Sym width = Sym::H) {
+  const Shape TH = shape(Sym::T, width), T1 = shape(Sym::T);
   TensorOp* in = find_mut(l, x);
   in->saved = !s.half;  // fp32: pow keeps its input; half: the upcast is what it keeps
   in->dies_after = s.half ? n[0] : std::string_view{};
@@ -192,7 +192,7 @@ void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::str
   e.push_back({n[3], "rsqrt", T1, Dt::F32, true, {}, kNone});
   e.push_back({n[4], "mul", TH, Dt::F32, s.full, {}, TH, kNone, Dt::Model, Dt::F32});
   if (s.half) e.push_back({n[5], "mul", TH, Dt::F32, false, {}, TH, kNone, Dt::Model, Dt::F32});
-  e.push_back({n[6], s.half ? "_to_copy" : "mul", TH, Dt::Model, false, reader, TH, shape(Sym::H)});
+  e.push_back({n[6], s.half ? "_to_copy" : "mul", TH, Dt::Model, false, reader, TH, shape(width)});
   l.insert(position(l, x) + 1, e.begin(), e.end());
 }
 
@@ -206,21 +206,56 @@ void gemma2_layer(OpList& l, const LayerSetup& s) {
                   "post_ff.out"});
 }
 
-/// OLMo-2 [O2], in fp32 (schedule.cpp covers only that): no norm before the attention or the MLP;
+/// OLMo-2's rotary in half precision [O2]: cos / sin stay fp32 (Olmo2RotaryEmbedding casts them to
+/// nothing), so q * cos, rotate_half(q) * sin and their sum are fp32; the sum is cast back to the
+/// input's dtype (q_embed.to(q_type)), and the cast is what the attention reads.
+void olmo2_half_rotary(OpList& l) {
+  for (bool k : {false, true}) {
+    const std::string_view rot = k ? "k.rot" : "q.rot", sum = k ? "k.rot_f32" : "q.rot_f32";
+    for (std::string_view n : {k ? "k.mul_cos" : "q.mul_cos", k ? "k.mul_sin" : "q.mul_sin"}) find_mut(l, n)->dtype = Dt::F32;
+    find_mut(l, k ? "k.mul_cos" : "q.mul_cos")->dies_after = sum;
+    TensorOp cast = *find_mut(l, rot);
+    TensorOp* t = find_mut(l, rot);
+    t->name = sum, t->dtype = Dt::F32, t->saved = false, t->dies_after = rot;
+    cast.op = "_to_copy";
+    l.insert(position(l, sum) + 1, cast);
+  }
+  // both sums are cast after both are computed (apply_rotary_pos_emb returns the two casts; the
+  // fp32 sums are its locals until it returns)
+  std::rotate(position(l, "q.rot"), position(l, "q.rot") + 1, position(l, "k.rot"));
+  find_mut(l, "q.rot_f32")->dies_after = "k.rot";
+}
+
+void olmo2_embedding(OpList& l, const LayerSetup& s) {
+  if (!s.half) return;
+  for (std::string_view n : {"rotary.cos", "rotary.sin"}) find_mut(l, n)->dtype = Dt::F32;
+}
+
+/// OLMo-2 [O2] (full fine-tuning; schedule.cpp covers no LoRA: its adapters read Llama's
+/// pre-norms), edited after the precision edits: no norm before the attention or the MLP, so
+/// q/k/v_proj and gate/up_proj read the residual stream itself, which their mm keep [D];
 /// q_norm / k_norm over the whole q / k width (one variance per token, weights [q] / [kv]) before
-/// the rotary; post-attention and post-feedforward norms (weight * x_hat in fp32, then cast, as
-/// Gemma's) before the residual adds. q/k/v_proj and gate/up_proj then read the residual stream
-/// itself, which their mm keep [D].
+/// the rotary; post-attention and post-feedforward norms before the residual adds. Olmo2RMSNorm is
+/// (weight * x_hat).to(input dtype): in half precision the product is fp32, as Gemma's norm.
 void olmo2_layer(OpList& l, const LayerSetup& s) {
-  l.erase(position(l, "norm1.pow"), position(l, "norm1.out") + 1);
-  l.erase(position(l, "norm2.pow"), position(l, "norm2.out") + 1);
-  head_rms_norm(l, s, "q_proj.out",
-                {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.x_hat_half", "q_norm.out"},
-                shape(Sym::T, Sym::Q), shape(Sym::T), shape(Sym::Q));
-  head_rms_norm(l, s, "k_proj.out",
-                {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.x_hat_half", "k_norm.out"},
-                shape(Sym::T, Sym::KV), shape(Sym::T), shape(Sym::KV));
+  for (std::string_view n : {"norm1", "norm2"}) {
+    const std::string first = std::string(n) + (s.half ? ".upcast" : ".pow"), last = std::string(n) + ".out";
+    l.erase(position(l, first), position(l, last) + 1);
+  }
+  for (std::string_view n : {"input", "attn.residual"}) {
+    TensorOp* t = find_mut(l, n);
+    t->saved = true;
+    t->dies_after = {};
+  }
+  const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
+  gemma_rms_norm(l, s, "q_proj.out", q_end,
+                 {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.scaled", "q_norm.out"},
+                 Sym::Q);
+  gemma_rms_norm(l, s, "k_proj.out", k_end,
+                 {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.scaled", "k_norm.out"},
+                 Sym::KV);
   gemma2_layer(l, s);
+  if (s.half) olmo2_half_rotary(l);
 }
 
 /// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
@@ -261,7 +296,7 @@ void gemma2_head(OpList& l, const LayerSetup& s) {
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
-const FamilyEdits kOlmo2Edits{olmo2_layer, nullptr, nullptr};
+const FamilyEdits kOlmo2Edits{nullptr, olmo2_embedding, gemma_head, olmo2_layer};
 const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
 const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
 const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};

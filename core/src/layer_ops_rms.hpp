@@ -12,7 +12,7 @@ void edit_autocast(OpList& l);
 
 /// Qwen3 (and Qwen3-MoE's attention): RMSNorm over each head of q and k before the rotary.
 extern const FamilyEdits kQwen3Edits;
-/// OLMo-2 (fp32): no pre-norms; q / k norms over the full width; post-attention / post-MLP norms.
+/// OLMo-2 (full fine-tuning): no pre-norms; q / k norms over the full width; post-attention / post-MLP norms.
 extern const FamilyEdits kOlmo2Edits;
 /// Phi-3: fused qkv_proj and gate_up_proj, the rotary's extra cat.
 extern const FamilyEdits kPhi3Edits;

@@ -647,9 +647,9 @@ struct FamilyRow {
   /// layer groups that differ only in their attention window are one list (GPT-Neo's local layers
   /// read another causal bias buffer; their tensors are the global layers')
   bool windows_alike = false;
-  /// the lists describe fp32 full fine-tuning only (OLMo-2: the half-precision and LoRA edits
-  /// assume Llama's pre-norms, which OLMo-2 has not)
-  bool fp32_full_only = false;
+  /// the lists describe full fine-tuning only (OLMo-2: the LoRA edits read Llama's pre-norms,
+  /// which OLMo-2 has not)
+  bool full_only = false;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -742,7 +742,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
                                       std::vector<std::string>{"q_proj", "v_proj"}.begin());
   if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
-  if (row->fp32_full_only && (r.precision != Precision::Fp32 || r.task != Task::Full)) return std::nullopt;
+  if (row->full_only && r.task != Task::Full) return std::nullopt;
   // LoRA dropout keeps a dropped copy of every adapted Linear's input (peft lora/layer.py); the
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
   if (r.task == Task::Lora && r.lora.dropout > 0) return std::nullopt;
