@@ -650,6 +650,8 @@ struct FamilyRow {
   /// the lists describe full fine-tuning only (OLMo-2: the LoRA edits read Llama's pre-norms,
   /// which OLMo-2 has not)
   bool full_only = false;
+  /// NoPE layers (no rotary) are described by the RoPE layers' list (SmolLM3, see its row)
+  bool nope_as_rope = false;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -657,6 +659,11 @@ constexpr FamilyRow kFamilies[] = {
     {"mistral", &kLlamaLists, nullptr, nullptr, true},
     {"qwen2", &kLlamaLists, nullptr, nullptr, true},
     {"qwen3", &kLlamaLists, &kQwen3Edits, nullptr, true},
+    // SmolLM3: the Llama layer; every 4th layer is NoPE (no_rope_layers), described by the RoPE
+    // list: it keeps the same bytes for backward (attention keeps the projections instead of the
+    // rotated copies) and makes a subset of its temporaries (the 4 smollm3 records of
+    // cpu-suite-families.jsonl, 4 layers each: schedule within 0.01 %)
+    {"smollm3", &kLlamaLists, nullptr, nullptr, false, false, false, true, false, false, false, true},
     {"olmo2", &kLlamaLists, &kOlmo2Edits, nullptr, false, false, false, true, false, false, true},
     {"phi3", &kLlamaLists, &kPhi3Edits, nullptr},
     {"gemma", &kLlamaLists, &kGemmaEdits, nullptr},
@@ -694,8 +701,9 @@ const FamilyRow* family_row(std::string_view f) {
 }
 
 /// Identical decoder layers: one group, or groups that differ only in their sliding window where
-/// attention is eager (its masks are built once for the whole decoder).
-bool identical_layers(const ModelSpec& m, bool eager) {
+/// attention is eager (its masks are built once for the whole decoder), or in their rotary where
+/// the family describes NoPE layers by the RoPE list (`nope_as_rope`).
+bool identical_layers(const ModelSpec& m, bool eager, bool nope_as_rope) {
   const LayerGroup& g = m.groups.front();
   return std::all_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& o) {
     const bool same_linears = std::equal(g.linears.begin(), g.linears.end(), o.linears.begin(), o.linears.end(),
@@ -703,7 +711,7 @@ bool identical_layers(const ModelSpec& m, bool eager) {
                                            return a.name == b.name && a.in == b.in && a.out == b.out && a.bias == b.bias;
                                          });
     return same_linears && o.other_params == g.other_params && o.moe == g.moe &&
-           o.mlp_intermediate == g.mlp_intermediate && o.rope == g.rope && !o.frozen &&
+           o.mlp_intermediate == g.mlp_intermediate && (o.rope == g.rope || nope_as_rope) && !o.frozen &&
            (o.sliding_window == g.sliding_window || eager);
   });
 }
@@ -732,7 +740,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
-      !(identical_layers(m, r.attention == AttentionImpl::Eager) || (row->windows_alike && groups_alike(m))) ||
+      !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) || (row->windows_alike && groups_alike(m))) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       (m.attention_dropout > 0 && !row->attention_dropout) ||
       ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
