@@ -15,6 +15,8 @@
 //  [O2] transformers models/olmo2/modeling_olmo2.py (Olmo2RMSNorm: (weight * x_hat).to(input dtype);
 //      Olmo2Attention: q_norm(q_proj(x)), k_norm(k_proj(x)) over the full width; Olmo2DecoderLayer:
 //      x + post_attention_layernorm(attn(x)), then x + post_feedforward_layernorm(mlp(x)))
+//  [G3] transformers models/gemma3/modeling_gemma3.py (Gemma3Attention's q_norm / k_norm,
+//      Gemma3DecoderLayer's four norms, Gemma3TextModel's rotary pair per layer type)
 //  [P3] transformers models/phi3/modeling_phi3.py (Phi3Attention: qkv_proj sliced into q, k, v;
 //      apply_rotary_pos_emb: cat([rotated, pass-through]); Phi3MLP: gate_up_proj chunked)
 #include "layer_ops_rms.hpp"
@@ -176,24 +178,31 @@ void phi3_attention_layout(OpList& l, const LayerSetup& s) {
   (void)TQ;
 }
 
+/// The shapes of one RMSNorm: the normed tensor, its variance rows and its weight, and the entry
+/// its tensors follow (empty: the normed tensor itself).
+struct NormDims {
+  Shape width = shape(Sym::T, Sym::H), rows = shape(Sym::T), weight = shape(Sym::H);
+  std::string_view after = {};
+};
+
 /// A Gemma RMSNorm [G] on `x` (not on the residual stream: Gemma2's post-attention and
-/// post-feedforward norms), written as gemma_norms leaves norm1/norm2; its output dies after
-/// `reader`.
+/// post-feedforward norms, q / k norms), written as gemma_norms leaves norm1/norm2; its output
+/// dies after `reader`.
 void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::string_view reader,
-                    const std::array<std::string_view, 7>& n, Sym width = Sym::H) {
-  const Shape TH = shape(Sym::T, width), T1 = shape(Sym::T);
+                    const std::array<std::string_view, 7>& n, const NormDims& d = {}) {
+  const Shape w = d.width;
   TensorOp* in = find_mut(l, x);
   in->saved = !s.half;  // fp32: pow keeps its input; half: the upcast is what it keeps
   in->dies_after = s.half ? n[0] : std::string_view{};
   OpList e;
-  if (s.half) e.push_back({n[0], "_to_copy", TH, Dt::F32, true, {}, TH});
-  e.push_back({n[1], "pow", TH, Dt::F32, false, {}, kNone});
-  e.push_back({n[2], "mean", T1, Dt::F32, false, {}, kNone});
-  e.push_back({n[3], "rsqrt", T1, Dt::F32, true, {}, kNone});
-  e.push_back({n[4], "mul", TH, Dt::F32, s.full, {}, TH, kNone, Dt::Model, Dt::F32});
-  if (s.half) e.push_back({n[5], "mul", TH, Dt::F32, false, {}, TH, kNone, Dt::Model, Dt::F32});
-  e.push_back({n[6], s.half ? "_to_copy" : "mul", TH, Dt::Model, false, reader, TH, shape(width)});
-  l.insert(position(l, x) + 1, e.begin(), e.end());
+  if (s.half) e.push_back({n[0], "_to_copy", w, Dt::F32, true, {}, w});
+  e.push_back({n[1], "pow", w, Dt::F32, false, {}, kNone});
+  e.push_back({n[2], "mean", d.rows, Dt::F32, false, {}, kNone});
+  e.push_back({n[3], "rsqrt", d.rows, Dt::F32, true, {}, kNone});
+  e.push_back({n[4], "mul", w, Dt::F32, s.full, {}, w, kNone, Dt::Model, Dt::F32});
+  if (s.half) e.push_back({n[5], "mul", w, Dt::F32, false, {}, w, kNone, Dt::Model, Dt::F32});
+  e.push_back({n[6], s.half ? "_to_copy" : "mul", w, Dt::Model, false, reader, w, d.weight});
+  l.insert(position(l, d.after.empty() ? x : d.after) + 1, e.begin(), e.end());
 }
 
 /// Gemma2 [G2]: norms after attention and after the MLP, before their residual adds.
@@ -250,10 +259,10 @@ void olmo2_layer(OpList& l, const LayerSetup& s) {
   const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
   gemma_rms_norm(l, s, "q_proj.out", q_end,
                  {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.scaled", "q_norm.out"},
-                 Sym::Q);
+                 {shape(Sym::T, Sym::Q), shape(Sym::T), shape(Sym::Q)});
   gemma_rms_norm(l, s, "k_proj.out", k_end,
                  {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.scaled", "k_norm.out"},
-                 Sym::KV);
+                 {shape(Sym::T, Sym::KV), shape(Sym::T), shape(Sym::KV)});
   gemma2_layer(l, s);
   if (s.half) olmo2_half_rotary(l);
 }
@@ -279,6 +288,31 @@ void gemma2_embedding(OpList& l, const LayerSetup& s) {
         ->checkpoint_input = true;
 }
 
+/// Gemma3 [G3]: Gemma2's four norms and, after the q / k / v projections, q_norm and k_norm (Gemma
+/// RMSNorms over each head, weights [head_dim]) before the rotary; no score or logit softcapping
+/// (Gemma3TextConfig: attn_logit_softcapping and final_logit_softcapping None).
+void gemma3_layer(OpList& l, const LayerSetup& s) {
+  gemma2_layer(l, s);
+  const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
+  gemma_rms_norm(l, s, "q_proj.out", q_end,
+                 {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.scaled", "q_norm.out"},
+                 {shape(Sym::T, Sym::Q), shape(Sym::T, Sym::A), shape(Sym::HeadDim), "v_proj.out"});
+  gemma_rms_norm(l, s, "k_proj.out", k_end,
+                 {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.scaled", "k_norm.out"},
+                 {shape(Sym::T, Sym::KV), shape(Sym::T, Sym::KvHeads), shape(Sym::HeadDim), "q_norm.out"});
+}
+
+/// Gemma3's embedding [G3]: Gemma2's, and a second cos / sin pair (the sliding layers' rotary base),
+/// each kept by the layers of its kind.
+void gemma3_embedding(OpList& l, const LayerSetup& s) {
+  gemma2_embedding(l, s);
+  for (std::string_view n : {"rotary.sin", "rotary.cos"}) {
+    TensorOp local = *find_op(l, n);
+    local.name = n == "rotary.cos" ? "rotary.cos_local" : "rotary.sin_local";
+    l.insert(position(l, "rotary.sin") + 1, local);
+  }
+}
+
 /// Gemma2's head: the final norm, then the logits capped as the scores are [G2]; the capped
 /// logits are what the model output holds until the loss is computed.
 void gemma2_head(OpList& l, const LayerSetup& s) {
@@ -296,6 +330,7 @@ void gemma2_head(OpList& l, const LayerSetup& s) {
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
+const FamilyEdits kGemma3Edits{gemma3_layer, gemma3_embedding, gemma_head, gemma_norms};
 const FamilyEdits kOlmo2Edits{nullptr, olmo2_embedding, gemma_head, olmo2_layer};
 const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
 const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};

@@ -20,6 +20,8 @@ extern const FamilyEdits kPhi3Edits;
 extern const FamilyEdits kGemmaEdits;
 /// Gemma2: Gemma's plus post-attention / post-feedforward norms and the logit softcapping.
 extern const FamilyEdits kGemma2Edits;
+/// Gemma3: Gemma2's norms with per-head q / k norms, two rotary tables, no softcapping.
+extern const FamilyEdits kGemma3Edits;
 /// Mixtral: the router and fused experts in place of the MLP (layer_ops_moe.cpp).
 extern const FamilyEdits kMixtralEdits;
 /// Qwen2-MoE (shared expert) and Qwen3-MoE (q/k norms) (layer_ops_moe.cpp).

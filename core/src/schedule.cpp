@@ -652,6 +652,9 @@ struct FamilyRow {
   bool full_only = false;
   /// NoPE layers (no rotary) are described by the RoPE layers' list (SmolLM3, see its row)
   bool nope_as_rope = false;
+  /// the lists cap the scores and the logits (Gemma2); a model that caps them is not covered
+  /// by lists that do not
+  bool softcapping = false;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -667,7 +670,11 @@ constexpr FamilyRow kFamilies[] = {
     {"olmo2", &kLlamaLists, &kOlmo2Edits, nullptr, false, false, false, true, false, false, true},
     {"phi3", &kLlamaLists, &kPhi3Edits, nullptr},
     {"gemma", &kLlamaLists, &kGemmaEdits, nullptr},
-    {"gemma2", &kLlamaLists, &kGemma2Edits, nullptr},
+    {.family = "gemma2", .lists = &kLlamaLists, .edits = &kGemma2Edits, .complete = nullptr, .softcapping = true},
+    // Gemma3 (model_type gemma3_text): sliding and global layers differ in their window only, so
+    // (as Gemma2) eager attention is covered, SDPA with a window shorter than the sequence is not;
+    // no softcapping (Gemma3TextConfig's final_logit_softcapping is None in Gemma 3's configs)
+    {"gemma3_text", &kLlamaLists, &kGemma3Edits, nullptr},
     {"mixtral", &kLlamaLists, &kMixtralEdits, nullptr},
     {"qwen2_moe", &kLlamaLists, &kQwen2MoeEdits, nullptr},
     {"qwen3_moe", &kLlamaLists, &kQwen3MoeEdits, nullptr},
@@ -751,6 +758,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
   if (row->full_only && r.task != Task::Full) return std::nullopt;
+  if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row->softcapping) return std::nullopt;
   // LoRA dropout keeps a dropped copy of every adapted Linear's input (peft lora/layer.py); the
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
   if (r.task == Task::Lora && r.lora.dropout > 0) return std::nullopt;
