@@ -178,7 +178,7 @@ struct FamilyLists {
 void edit_half_precision(OpList& l);
 void edit_eager_attention(OpList& l, bool gqa);
 void edit_window_mask(OpList& l, bool gqa = true);
-void edit_lora(OpList& l, bool all_linear);
+void edit_lora(OpList& l, bool all_linear, bool half);
 /// The first layer of a LoRA run without checkpointing: its input (the frozen embedding's
 /// output) needs no gradient, so its norm records nothing and no gradient reaches its input.
 void edit_input_needs_no_grad(OpList& l);

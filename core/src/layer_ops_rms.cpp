@@ -240,9 +240,8 @@ void olmo2_embedding(OpList& l, const LayerSetup& s) {
   for (std::string_view n : {"rotary.cos", "rotary.sin"}) find_mut(l, n)->dtype = Dt::F32;
 }
 
-/// OLMo-2 [O2] (full fine-tuning; schedule.cpp covers no LoRA: its adapters read Llama's
-/// pre-norms), edited after the precision edits: no norm before the attention or the MLP, so
-/// q/k/v_proj and gate/up_proj read the residual stream itself, which their mm keep [D];
+/// OLMo-2 [O2], edited after the precision edits (before LoRA's): no norm before the attention or
+/// the MLP, so q/k/v_proj and gate/up_proj (and their adapters) read the residual stream itself;
 /// q_norm / k_norm over the whole q / k width (one variance per token, weights [q] / [kv]) before
 /// the rotary; post-attention and post-feedforward norms before the residual adds. Olmo2RMSNorm is
 /// (weight * x_hat).to(input dtype): in half precision the product is fp32, as Gemma's norm.
@@ -251,10 +250,13 @@ void olmo2_layer(OpList& l, const LayerSetup& s) {
     const std::string first = std::string(n) + (s.half ? ".upcast" : ".pow"), last = std::string(n) + ".out";
     l.erase(position(l, first), position(l, last) + 1);
   }
+  // who keeps the residual stream: the trained q/k/v (gate/up) mm, or in fp32 the first adapter
+  // reading it (lora_A saves its input; in half precision each adapter keeps its own fp32 cast [P])
+  const bool fp32_adapters = !s.full && !s.half;
   for (std::string_view n : {"input", "attn.residual"}) {
     TensorOp* t = find_mut(l, n);
-    t->saved = true;
-    t->dies_after = {};
+    t->saved = s.full || (fp32_adapters && (n == "input" || s.lora_all));
+    t->dies_after = t->saved ? std::string_view{} : n == "input" ? "attn.residual" : "mlp.residual";
   }
   const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
   gemma_rms_norm(l, s, "q_proj.out", q_end,

@@ -647,9 +647,6 @@ struct FamilyRow {
   /// layer groups that differ only in their attention window are one list (GPT-Neo's local layers
   /// read another causal bias buffer; their tensors are the global layers')
   bool windows_alike = false;
-  /// the lists describe full fine-tuning only (OLMo-2: the LoRA edits read Llama's pre-norms,
-  /// which OLMo-2 has not)
-  bool full_only = false;
   /// NoPE layers (no rotary) are described by the RoPE layers' list (SmolLM3, see its row)
   bool nope_as_rope = false;
   /// the lists cap the scores and the logits (Gemma2); a model that caps them is not covered
@@ -666,8 +663,8 @@ constexpr FamilyRow kFamilies[] = {
     // list: it keeps the same bytes for backward (attention keeps the projections instead of the
     // rotated copies) and makes a subset of its temporaries (the 4 smollm3 records of
     // cpu-suite-families.jsonl, 4 layers each: schedule within 0.01 %)
-    {"smollm3", &kLlamaLists, nullptr, nullptr, false, false, false, true, false, false, false, true},
-    {"olmo2", &kLlamaLists, &kOlmo2Edits, nullptr, false, false, false, true, false, false, true},
+    {.family = "smollm3", .lists = &kLlamaLists, .edits = nullptr, .complete = nullptr, .nope_as_rope = true},
+    {"olmo2", &kLlamaLists, &kOlmo2Edits, nullptr},
     {"phi3", &kLlamaLists, &kPhi3Edits, nullptr},
     {"gemma", &kLlamaLists, &kGemmaEdits, nullptr},
     {.family = "gemma2", .lists = &kLlamaLists, .edits = &kGemma2Edits, .complete = nullptr, .softcapping = true},
@@ -757,7 +754,6 @@ std::optional<StepSetup> step_setup(const Request& r) {
                                       std::vector<std::string>{"q_proj", "v_proj"}.begin());
   if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
-  if (row->full_only && r.task != Task::Full) return std::nullopt;
   if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row->softcapping) return std::nullopt;
   // LoRA dropout keeps a dropped copy of every adapted Linear's input (peft lora/layer.py); the
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
