@@ -645,13 +645,14 @@ OpList codegen_layer(const LayerSetup& s) {
   return l;
 }
 
-/// CodeGenModel [X]: wte (saves the indices only [D]), then the eager causal mask [b, 1, s, s] in
-/// the model dtype, read by every layer; no rotary table outside the layers.
+/// CodeGenModel [X]: wte (saves the indices only [D]) and the eager causal mask [b, 1, s, s] in the
+/// model dtype, read by every layer; no rotary table outside the layers. (PyTorch embeds first; the
+/// list ends with the embedding, the tensor it hands to layer 0.)
 OpList codegen_embedding(const LayerSetup& s) {
   OpList l;
-  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   if (s.eager)
     l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
 

@@ -684,10 +684,9 @@ constexpr FamilyRow kFamilies[] = {
     {"bloom", &kBloomLists, nullptr, &complete_layernorm_setup, false, true, true},
     // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B)
     {"gptj", &kGptjLists, nullptr, &complete_gptj_setup, false, true},
-    // CodeGen: LoRA on every Linear only (the lists name no qkv_proj-only variant); no dropout
-    // modelled. LoRA + checkpointing: the schedule reads 3.2 % above codegen/lora/bf16/gc/eager
-    // (cpu-suite-full.jsonl; GPT-J's same case is within 2 %), not traced yet, so not covered
-    {"codegen", &kCodeGenLists, nullptr, &complete_codegen_setup, false, true, false, false},
+    // CodeGen: LoRA on every Linear only (the lists name no qkv_proj-only variant: the request's
+    // q/v targets do not reach it); no dropout modelled (GPT-J's reason)
+    {"codegen", &kCodeGenLists, nullptr, &complete_codegen_setup, false, true},
     {"gpt_neo", &kGptNeoLists, nullptr, &complete_layernorm_setup, false, true, true, true, true, true},
     // BioGPT + LoRA + checkpointing: the OPT-like layer's backward misses as OPT's does (-3.2 %)
     {"biogpt", &kBioGptLists, nullptr, &complete_layernorm_setup, false, true, true, false, true},
