@@ -168,6 +168,21 @@ TEST_CASE("the schedule's allocated peak is within 2 % of every covered CPU suit
   CHECK(covered >= 50);  // llama, mistral, qwen2 x full/LoRA x fp32/bf16 x gc x eager/sdpa
 }
 
+// The peak sink's per-layer extrapolation against the full trace, on every covered suite case (every
+// family's lists, as the suite's configs reach them)
+TEST_CASE("the periodic shortcut equals the full trace on every covered suite case") {
+  int covered = 0;
+  for (const char* file : {"cpu-suite-full.jsonl", "cpu-suite-families.jsonl"})
+    for (const Record& r : records(file)) {
+      const auto s = step_setup(request_of(r));
+      if (!s) continue;
+      ++covered;
+      INFO(r.name);
+      CHECK(peak_allocated(*s) == trace_peak(step_trace(*s), s->round_512));
+    }
+  CHECK(covered >= 300);
+}
+
 // Reserved: the schedule replayed through the caching-allocator simulation against the tracker's
 // real allocation trace replayed through the same simulation. On these tiny models reserved is a
 // count of 2 MiB segments; the schedule is within one segment on every covered trace.
