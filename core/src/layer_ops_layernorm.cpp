@@ -927,7 +927,8 @@ OpList gpt_neo_embedding(const LayerSetup& s) {
 }
 
 const FamilyLists kGptjLists{&gptj_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
-const FamilyLists kCodeGenLists{&codegen_layer, &codegen_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
+const FamilyLists kCodeGenLists{&codegen_layer, &codegen_embedding, &layernorm_head,
+                                 &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};

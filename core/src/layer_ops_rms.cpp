@@ -178,6 +178,12 @@ void phi3_attention_layout(OpList& l, const LayerSetup& s) {
   (void)TQ;
 }
 
+/// The entries of a q / k norm written as a Gemma RMSNorm (OLMo-2's, Gemma3's).
+constexpr std::array<std::string_view, 7> kQNorm{"q_norm.upcast", "q_norm.pow",   "q_norm.mean", "q_norm.rsqrt",
+                                                 "q_norm.x_hat",  "q_norm.scaled", "q_norm.out"};
+constexpr std::array<std::string_view, 7> kKNorm{"k_norm.upcast", "k_norm.pow",   "k_norm.mean", "k_norm.rsqrt",
+                                                 "k_norm.x_hat",  "k_norm.scaled", "k_norm.out"};
+
 /// The shapes of one RMSNorm: the normed tensor, its variance rows and its weight, and the entry
 /// its tensors follow (empty: the normed tensor itself).
 struct NormDims {
@@ -221,7 +227,8 @@ void gemma2_layer(OpList& l, const LayerSetup& s) {
 void olmo2_half_rotary(OpList& l) {
   for (bool k : {false, true}) {
     const std::string_view rot = k ? "k.rot" : "q.rot", sum = k ? "k.rot_f32" : "q.rot_f32";
-    for (std::string_view n : {k ? "k.mul_cos" : "q.mul_cos", k ? "k.mul_sin" : "q.mul_sin"}) find_mut(l, n)->dtype = Dt::F32;
+    for (std::string_view n : {k ? "k.mul_cos" : "q.mul_cos", k ? "k.mul_sin" : "q.mul_sin"})
+      find_mut(l, n)->dtype = Dt::F32;
     find_mut(l, k ? "k.mul_cos" : "q.mul_cos")->dies_after = sum;
     TensorOp cast = *find_mut(l, rot);
     TensorOp* t = find_mut(l, rot);
@@ -259,11 +266,9 @@ void olmo2_layer(OpList& l, const LayerSetup& s) {
     t->dies_after = t->saved ? std::string_view{} : n == "input" ? "attn.residual" : "mlp.residual";
   }
   const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
-  gemma_rms_norm(l, s, "q_proj.out", q_end,
-                 {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.scaled", "q_norm.out"},
+  gemma_rms_norm(l, s, "q_proj.out", q_end, kQNorm,
                  {shape(Sym::T, Sym::Q), shape(Sym::T), shape(Sym::Q)});
-  gemma_rms_norm(l, s, "k_proj.out", k_end,
-                 {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.scaled", "k_norm.out"},
+  gemma_rms_norm(l, s, "k_proj.out", k_end, kKNorm,
                  {shape(Sym::T, Sym::KV), shape(Sym::T), shape(Sym::KV)});
   gemma2_layer(l, s);
   if (s.half) olmo2_half_rotary(l);
@@ -296,11 +301,9 @@ void gemma2_embedding(OpList& l, const LayerSetup& s) {
 void gemma3_layer(OpList& l, const LayerSetup& s) {
   gemma2_layer(l, s);
   const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
-  gemma_rms_norm(l, s, "q_proj.out", q_end,
-                 {"q_norm.upcast", "q_norm.pow", "q_norm.mean", "q_norm.rsqrt", "q_norm.x_hat", "q_norm.scaled", "q_norm.out"},
+  gemma_rms_norm(l, s, "q_proj.out", q_end, kQNorm,
                  {shape(Sym::T, Sym::Q), shape(Sym::T, Sym::A), shape(Sym::HeadDim), "v_proj.out"});
-  gemma_rms_norm(l, s, "k_proj.out", k_end,
-                 {"k_norm.upcast", "k_norm.pow", "k_norm.mean", "k_norm.rsqrt", "k_norm.x_hat", "k_norm.scaled", "k_norm.out"},
+  gemma_rms_norm(l, s, "k_proj.out", k_end, kKNorm,
                  {shape(Sym::T, Sym::KV), shape(Sym::T, Sym::KvHeads), shape(Sym::HeadDim), "q_norm.out"});
 }
 

@@ -743,7 +743,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
-      !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) || (row->windows_alike && groups_alike(m))) ||
+      !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
+        (row->windows_alike && groups_alike(m))) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       (m.attention_dropout > 0 && !row->attention_dropout) ||
       ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
