@@ -61,7 +61,7 @@ double pct(double est, double ref) { return 100.0 * (est - ref) / ref; }
 
 bool in_scope(const std::string& name) {
   for (const char* f : {"llama/", "mistral/", "qwen2/", "qwen3/", "gemma/", "gemma2/", "phi3/", "mixtral/", "qwen2_moe/",
-                        "qwen3_moe/", "deepseek_v3/", "olmo2/", "smollm3/", "gemma3/"})
+                        "qwen3_moe/", "deepseek_v3/", "olmo2/", "smollm3/", "gemma3/", "gpt_oss/"})
     if (name.rfind(f, 0) == 0) return true;
   return false;
 }
@@ -141,6 +141,33 @@ TEST_CASE("OLMo-2 and Gemma3: the norms their edits are about; every lifetime na
   CHECK(find_op(decoder_layer(g), "q_norm.mean")->shape.elements(d) == 128 * 4);
   CHECK(find_op(decoder_layer(g), "k_norm.mean")->shape.elements(d) == 128);
   CHECK(find_op(embedding(g), "rotary.cos_local") != nullptr);
+}
+
+TEST_CASE("gpt-oss: the sink column widens the softmax, the experts' clamped SwiGLU, the rotary on halves") {
+  Dims d;
+  d.b = 2, d.s = 64, d.h = 128, d.q = 128, d.kv = 32, d.a = 8, d.head_dim = 16, d.i = 128, d.experts = 4, d.topk = 2;
+  for (bool half : {false, true}) {
+    LayerSetup s;
+    s.family = &kGptOssEdits, s.eager = true, s.gqa = true, s.half = half;
+    const OpList l = decoder_layer(s);
+    INFO("half " << half);
+    // softmax over [b, heads, s, s + 1] in the model dtype: no fp32 copy, no cast back [O]
+    CHECK(find_op(l, "attn.softmax")->shape.elements(d) == 2u * 8 * 64 * 65);
+    CHECK(find_op(l, "attn.softmax")->dtype == Dt::Model);
+    CHECK(find_op(l, "attn.probs_half") == nullptr);
+    CHECK(find_op(l, "attn.row_argmax")->saved);
+    // every lifetime names an entry of the list
+    for (const TensorOp& t : l)
+      if (!t.dies_after.empty() && t.dies_after != "layer_out") CHECK(find_op(l, t.dies_after) != nullptr);
+    // the clamped SwiGLU keeps the clamped gate, the sigmoid, glu and up + 1; the up clamp dies
+    for (std::string_view n : {"moe.gate", "moe.sigmoid", "moe.glu", "moe.up_plus_1"}) CHECK(find_op(l, n)->saved);
+    CHECK_FALSE(find_op(l, "moe.up")->saved);
+    // rotary on halves: x1 * cos etc. are [T, q / 2], their cat the rotated q
+    CHECK(find_op(l, "q.x1_cos")->shape.elements(d) == 128u * 64);
+    CHECK(find_op(l, "q.rot")->op == "cat");
+    // the norms multiply in fp32 and cast in half precision (GptOssRMSNorm)
+    if (half) CHECK(find_op(l, "norm1.out")->op == "_to_copy");
+  }
 }
 
 // The issue's gate for the families of this file: within 2 % of every covered measurement

@@ -41,6 +41,8 @@ u64 Dims::of(Sym x) const {
     case Sym::S_: return mul(b, s, topk);
     case Sym::E: return experts;
     case Sym::SharedI: return shared_i;
+    case Sym::HeadDimHalf: return head_dim / 2;
+    case Sym::S1: return add(s, 1);
   }
   return 1;
 }

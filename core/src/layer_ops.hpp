@@ -33,7 +33,9 @@ enum class Sym : std::uint8_t {
   SharedI,        ///< the shared expert's width (Qwen2-MoE)
   QR, KR,         ///< the rotated part of q / k (partial rotary: heads x rotary dims)
   QRHalf, KRHalf, ///< half of it (rotate_half's negated slice)
-  Pos             ///< rows of a learned position table
+  Pos,            ///< rows of a learned position table
+  HeadDimHalf,    ///< half a head (gpt-oss's rotary tables)
+  S1              ///< s + 1 (the scores with gpt-oss's sink column)
 };
 
 /// The sizes the symbols take for one request (per rank).

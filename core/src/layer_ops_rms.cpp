@@ -142,6 +142,12 @@ void gemma_norms(OpList& l, const LayerSetup& s) {
   }
 }
 
+}  // namespace
+
+void edit_fp32_product_norms(OpList& l, const LayerSetup& s) { gemma_norms(l, s); }
+
+namespace {
+
 /// GemmaTextScaledWordEmbedding [G]: the lookup times sqrt(hidden) is a second [T, h] tensor; the
 /// lookup dies with the product (mul by a constant keeps nothing that needs a gradient [D]).
 void gemma_embedding(OpList& l, const LayerSetup&) {

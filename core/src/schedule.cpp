@@ -673,6 +673,9 @@ constexpr FamilyRow kFamilies[] = {
     // no softcapping (Gemma3TextConfig's final_logit_softcapping is None in Gemma 3's configs)
     {"gemma3_text", &kLlamaLists, &kGemma3Edits, nullptr},
     {"mixtral", &kLlamaLists, &kMixtralEdits, nullptr},
+    // gpt-oss: sliding and full layers differ in their window only: eager attention (its only
+    // kernel with sinks) is one list; MoE: full fine-tuning
+    {"gpt_oss", &kLlamaLists, &kGptOssEdits, nullptr},
     {"qwen2_moe", &kLlamaLists, &kQwen2MoeEdits, nullptr},
     {"qwen3_moe", &kLlamaLists, &kQwen3MoeEdits, nullptr},
     {"gpt_neox", &kGptNeoxLists, nullptr, &complete_layernorm_setup, false, true},
