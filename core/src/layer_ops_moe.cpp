@@ -183,7 +183,7 @@ void gpt_oss_layer(OpList& l, const LayerSetup& s) {
 /// concatenated [b, heads, s, s + 1], minus their row max (values and indices [b, heads, s]),
 /// softmax in that dtype (kept), its first s columns a view the PV matmul reads (no fp32 copy,
 /// no cast back).
-void gpt_oss_sinks(OpList& l, const LayerSetup& s) {
+void gpt_oss_sinks(OpList& l) {
   if (!find_op(l, "attn.softmax")) return;
   const Shape ss1 = shape(Sym::B, Sym::A, Sym::S, Sym::S1), rows = shape(Sym::B, Sym::A, Sym::S);
   if (find_op(l, "attn.probs_half")) l.erase(at(l, "attn.probs_half"));
@@ -202,7 +202,7 @@ void gpt_oss_sinks(OpList& l, const LayerSetup& s) {
 /// Gemma's [O]; the sinks.
 void gpt_oss_after_precision(OpList& l, const LayerSetup& s) {
   edit_fp32_product_norms(l, s);
-  gpt_oss_sinks(l, s);
+  gpt_oss_sinks(l);
 }
 
 void gpt_oss_embedding(OpList& l, const LayerSetup& s) {
