@@ -22,7 +22,7 @@ using namespace memfit::sched;
 namespace {
 
 /// The families of layer_ops_layernorm.hpp, by their tiny configs (data/validation/tiny_configs).
-constexpr const char* kFamilies[] = {"gpt_neox", "falcon", "phi", "starcoder2", "stablelm", "opt", "gpt2", "gpt_bigcode", "bloom", "biogpt", "gpt_neo", "gptj"};
+constexpr const char* kFamilies[] = {"gpt_neox", "falcon", "phi", "starcoder2", "stablelm", "opt", "gpt2", "gpt_bigcode", "bloom", "biogpt", "gpt_neo", "gptj", "codegen"};
 
 bool lookup(const std::string& id, nlohmann::json& c) { return bundled_config(id, c); }
 
@@ -102,6 +102,17 @@ TEST_CASE("the LayerNorm edits change the entries they are about") {
   CHECK(find_op(falcon, "attn.q_copy")->saved);
   CHECK_FALSE(find_op(falcon, "q.rot")->saved);
   CHECK(find_op(falcon, "attn.lse") == nullptr);
+  // CodeGen: _split_heads copies q, k and v only when a group of mp_num = 4 holds several heads;
+  // in half precision the rotary runs in fp32 (the fp32 sin / cos promote it)
+  LayerSetup codegen = eager;
+  codegen.half = true;
+  CHECK(find_op(kCodeGenLists.layer(codegen), "q.split") == nullptr);
+  codegen.heads_split_copied = true;
+  const OpList cg = kCodeGenLists.layer(codegen);
+  REQUIRE(find_op(cg, "v.split") != nullptr);
+  CHECK(find_op(cg, "v.split")->dies_after == "out_proj.out");
+  CHECK(find_op(cg, "q.embed")->dtype == Dt::F32);
+  CHECK(find_op(cg, "q.rotate")->dtype == Dt::Model);
 }
 
 TEST_CASE("the periodic shortcut equals the full simulation on the LayerNorm lists") {

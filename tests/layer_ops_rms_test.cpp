@@ -13,6 +13,7 @@
 #include <string>
 
 #include "layer_ops.hpp"
+#include "layer_ops_rms.hpp"
 #include "memfit/allocator.hpp"
 #include "memfit/library.hpp"
 #include "memfit/request.hpp"
@@ -60,7 +61,7 @@ double pct(double est, double ref) { return 100.0 * (est - ref) / ref; }
 
 bool in_scope(const std::string& name) {
   for (const char* f : {"llama/", "mistral/", "qwen2/", "qwen3/", "gemma/", "gemma2/", "phi3/", "mixtral/", "qwen2_moe/",
-                        "qwen3_moe/", "deepseek_v3/"})
+                        "qwen3_moe/", "deepseek_v3/", "olmo2/", "smollm3/", "gemma3/", "gpt_oss/"})
     if (name.rfind(f, 0) == 0) return true;
   return false;
 }
@@ -100,12 +101,82 @@ TEST_CASE("LoRA: the frozen base Linear's gradient is summed with the adapter's 
   CHECK_FALSE(find_op(head_and_loss(s), "norm1.out")->saved);
 }
 
+TEST_CASE("OLMo-2 and Gemma3: the norms their edits are about; every lifetime names an entry") {
+  for (const FamilyEdits* f : {&kOlmo2Edits, &kGemma3Edits})
+    for (bool full : {true, false})
+      for (bool half : {false, true})
+        for (bool eager : {false, true}) {
+          LayerSetup s;
+          s.family = f, s.full = full, s.half = half, s.eager = eager, s.lora_all = !full, s.gqa = true;
+          OpList first = decoder_layer(s);
+          edit_input_needs_no_grad(first);
+          for (const OpList& l : {decoder_layer(s), head_and_loss(s), embedding(s), first})
+            for (const TensorOp& t : l) {
+              INFO((f == &kOlmo2Edits ? "olmo2 " : "gemma3 ") << full << half << eager << " " << t.name);
+              if (!t.dies_after.empty() && t.dies_after != "layer_out" && t.dies_after != "decoder_end")
+                CHECK(find_op(l, t.dies_after) != nullptr);
+              if (!t.residual_of.empty()) CHECK(find_op(l, t.residual_of) != nullptr);
+            }
+        }
+  Dims d;
+  d.b = 2, d.s = 64, d.h = 128, d.q = 128, d.kv = 32, d.a = 4, d.kv_heads = 1, d.head_dim = 32;
+  LayerSetup o;
+  o.family = &kOlmo2Edits;
+  const OpList olmo2 = decoder_layer(o);
+  // no norm before attention or MLP; q_norm over the whole q width: one variance per token
+  CHECK(find_op(olmo2, "norm1.pow") == nullptr);
+  CHECK(find_op(olmo2, "q_norm.mean")->shape.elements(d) == 128);
+  CHECK(find_op(olmo2, "post_ff.out")->dies_after == "mlp.residual");
+  // fp32 LoRA: lora_A keeps the layer input itself, also where that input needs no gradient
+  o.full = false, o.lora_all = true;
+  OpList olmo2_first = decoder_layer(o);
+  edit_input_needs_no_grad(olmo2_first);
+  CHECK(find_op(olmo2_first, "input")->saved);
+  // half-precision LoRA: the adapters cast their input (PEFT), as in the Llama lists
+  o.half = true;
+  CHECK(find_op(decoder_layer(o), "q.lora_in") != nullptr);
+  LayerSetup g;
+  g.family = &kGemma3Edits;
+  // Gemma3: a variance per head of q and k, two rotary pairs
+  CHECK(find_op(decoder_layer(g), "q_norm.mean")->shape.elements(d) == 128 * 4);
+  CHECK(find_op(decoder_layer(g), "k_norm.mean")->shape.elements(d) == 128);
+  CHECK(find_op(embedding(g), "rotary.cos_local") != nullptr);
+}
+
+TEST_CASE("gpt-oss: the sink column widens the softmax, the experts' clamped SwiGLU, the rotary on halves") {
+  Dims d;
+  d.b = 2, d.s = 64, d.h = 128, d.q = 128, d.kv = 32, d.a = 8, d.head_dim = 16, d.i = 128, d.experts = 4, d.topk = 2;
+  for (bool half : {false, true}) {
+    LayerSetup s;
+    s.family = &kGptOssEdits, s.eager = true, s.gqa = true, s.half = half;
+    const OpList l = decoder_layer(s);
+    INFO("half " << half);
+    // softmax over [b, heads, s, s + 1] in the model dtype: no fp32 copy, no cast back [O]
+    CHECK(find_op(l, "attn.softmax")->shape.elements(d) == 2u * 8 * 64 * 65);
+    CHECK(find_op(l, "attn.softmax")->dtype == Dt::Model);
+    CHECK(find_op(l, "attn.probs_half") == nullptr);
+    CHECK(find_op(l, "attn.row_argmax")->saved);
+    // every lifetime names an entry of the list
+    for (const TensorOp& t : l)
+      if (!t.dies_after.empty() && t.dies_after != "layer_out") CHECK(find_op(l, t.dies_after) != nullptr);
+    // the clamped SwiGLU keeps the clamped gate, the sigmoid, glu and up + 1; the up clamp dies
+    for (std::string_view n : {"moe.gate", "moe.sigmoid", "moe.glu", "moe.up_plus_1"}) CHECK(find_op(l, n)->saved);
+    CHECK_FALSE(find_op(l, "moe.up")->saved);
+    // rotary on halves: x1 * cos etc. are [T, q / 2], their cat the rotated q
+    CHECK(find_op(l, "q.x1_cos")->shape.elements(d) == 128u * 64);
+    CHECK(find_op(l, "q.rot")->op == "cat");
+    // the norms multiply in fp32 and cast in half precision (GptOssRMSNorm)
+    if (half) CHECK(find_op(l, "norm1.out")->op == "_to_copy");
+  }
+}
+
 // The issue's gate for the families of this file: within 2 % of every covered measurement
 // (the suite and the generated tuning cases).
 TEST_CASE("the RMSNorm families' schedule is within 2 % of every covered CPU suite measurement") {
   int covered = 0;
   std::vector<Measured> all = suite_records();
-  for (Measured& m : suite_records("cpu-suite-generated.jsonl")) all.push_back(std::move(m));
+  for (const char* file : {"cpu-suite-generated.jsonl", "cpu-suite-families.jsonl"})
+    for (Measured& m : suite_records(file)) all.push_back(std::move(m));
   for (const Measured& m : all) {
     if (!in_scope(m.name)) continue;
     const auto s = setup_of(m);

@@ -42,6 +42,8 @@ u64 Dims::of(Sym x) const {
     case Sym::S_: return mul(b, s, topk);
     case Sym::E: return experts;
     case Sym::SharedI: return shared_i;
+    case Sym::HeadDimHalf: return head_dim / 2;
+    case Sym::S1: return add(s, 1);
   }
   return 1;
 }
@@ -139,7 +141,7 @@ OpList decoder_layer(const LayerSetup& s) {
   if (s.half) edit_half_precision(l);
   if (s.family && s.family->layer_after_precision) s.family->layer_after_precision(l, s);
   if (s.autocast) edit_autocast(l);
-  if (!s.full) edit_lora(l, s.lora_all);
+  if (!s.full) edit_lora(l, s.lora_all, s.half);
   return l;
 }
 
@@ -295,12 +297,11 @@ void adapter_inputs(OpList& l, bool all_linear, bool half) {
 
 }  // namespace
 
-void edit_lora(OpList& l, bool all_linear) {
+void edit_lora(OpList& l, bool all_linear, bool half) {
   // frozen weights: no weight gradients; norms frozen, so x_hat is not kept [D]
   for (TensorOp& t : l) t.weight = kNone;
   for (std::string_view n : {"norm1.x_hat", "norm2.x_hat", "norm1.x_hat_half", "norm2.x_hat_half"})
     if (TensorOp* t = find_mut(l, n)) t->saved = false, t->dies_after = {};
-  const bool half = find_op(l, "norm1.upcast") != nullptr;
   adapter_inputs(l, all_linear, half);
   for (const LoraTarget& k : kLoraTargets)
     if ((all_linear || k.qv) && find_op(l, k.out)) add_adapter(l, k, half);
@@ -319,9 +320,12 @@ void edit_input_needs_no_grad(OpList& l) {
     it->residual_of = {};  // the frozen base Linear gets no gradient to pass on
     if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false, it->dies_after = {};
   }
+  // lora_A still saves its input for its weight gradient [D]: with no norm before q/k/v (OLMo-2)
+  // and no fp32 cast of it (half precision), that input is the layer's own
+  const bool adapter_keeps_input = !find_op(l, "norm1.out") && find_op(l, "q.lora_A") && !find_op(l, "q.lora_in");
   TensorOp* in = find_mut(l, "input");
-  in->saved = false;
-  in->dies_after = "attn.residual";
+  in->saved = adapter_keeps_input;
+  in->dies_after = adapter_keeps_input ? std::string_view{} : "attn.residual";
   find_mut(l, "attn.residual")->residual_of = {};
 }
 

@@ -33,7 +33,9 @@ enum class Sym : std::uint8_t {
   SharedI,        ///< the shared expert's width (Qwen2-MoE)
   QR, KR,         ///< the rotated part of q / k (partial rotary: heads x rotary dims)
   QRHalf, KRHalf, ///< half of it (rotate_half's negated slice)
-  Pos             ///< rows of a learned position table
+  Pos,            ///< rows of a learned position table
+  HeadDimHalf,    ///< half a head (gpt-oss's rotary tables)
+  S1              ///< s + 1 (the scores with gpt-oss's sink column)
 };
 
 /// The sizes the symbols take for one request (per rank).
@@ -156,6 +158,7 @@ struct LayerSetup {
   bool logits_fp32_in_model = false;  ///< the model casts its logits to fp32 (CodeGen, GPT-Neo)
   bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
   bool one_sequence = false;  ///< micro-batch 1: torch.matmul folds [b, heads] of a strided view without a copy
+  bool heads_split_copied = false;  ///< CodeGen: _split_heads' reshape copies q, k and v (> 4 heads)
   const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
 };
 
@@ -178,7 +181,7 @@ struct FamilyLists {
 void edit_half_precision(OpList& l);
 void edit_eager_attention(OpList& l, bool gqa);
 void edit_window_mask(OpList& l, bool gqa = true);
-void edit_lora(OpList& l, bool all_linear);
+void edit_lora(OpList& l, bool all_linear, bool half);
 /// The first layer of a LoRA run without checkpointing: its input (the frozen embedding's
 /// output) needs no gradient, so its norm records nothing and no gradient reaches its input.
 void edit_input_needs_no_grad(OpList& l);

@@ -21,6 +21,8 @@
 //  [I] transformers models/biogpt/modeling_biogpt.py (BioGptDecoderLayer, BioGptAttention)
 //  [E] transformers models/gpt_neo/modeling_gpt_neo.py (GPTNeoBlock, GPTNeoSelfAttention._attn)
 //  [J] transformers models/gptj/modeling_gptj.py (GPTJBlock, GPTJAttention, apply_rotary_pos_emb)
+//  [X] transformers models/codegen/modeling_codegen.py (CodeGenBlock, CodeGenAttention._split_heads,
+//      _attn, CodeGenModel)
 //  [K] PyTorch aten/src/ATen/native/transformers/attention.cpp (_scaled_dot_product_attention_math)
 //  [P] peft tuners/lora/layer.py Linear.forward: result + lora_B(lora_A(x)) * scaling, x cast
 //      to the adapter dtype, the result cast back
@@ -562,16 +564,17 @@ namespace {
 /// GPT-J's apply_rotary_pos_emb on the rotated part of q or k [J]: sin and cos repeat_interleave'd
 /// (kept by the muls), x * cos, rotate_every_two (neg of the odd half, stack), * sin, add; the
 /// rotated part stays a local until the attention returns [M].
-void interleaved_rotary(OpList& l, bool k) {
+/// `table`: the dtype of sin / cos, and so of the products (CodeGen's stay fp32, promoting them).
+void interleaved_rotary(OpList& l, bool k, Dt table = Dt::Model) {
   const Shape w = shape(Sym::T, k ? Sym::KR : Sym::QR);
   const Shape sc = shape(Sym::S, Sym::HeadDim);
-  l.push_back({k ? "k.sin" : "q.sin", "repeat_interleave", sc, Dt::Model, true, {}, kNone});
-  l.push_back({k ? "k.cos" : "q.cos", "repeat_interleave", sc, Dt::Model, true, {}, kNone});
-  l.push_back({k ? "k.mul_cos" : "q.mul_cos", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
+  l.push_back({k ? "k.sin" : "q.sin", "repeat_interleave", sc, table, true, {}, kNone});
+  l.push_back({k ? "k.cos" : "q.cos", "repeat_interleave", sc, table, true, {}, kNone});
+  l.push_back({k ? "k.mul_cos" : "q.mul_cos", "mul", w, table, false, k ? "k.rot" : "q.rot", kNone});
   l.push_back({k ? "k.neg" : "q.neg", "neg", shape(Sym::T, k ? Sym::KRHalf : Sym::QRHalf), Dt::Model, false, {}, kNone});
   l.push_back({k ? "k.rotate" : "q.rotate", "stack", w, Dt::Model, false, k ? "k.mul_sin" : "q.mul_sin", kNone});
-  l.push_back({k ? "k.mul_sin" : "q.mul_sin", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", kNone});
-  l.push_back({k ? "k.rot" : "q.rot", "add", w, Dt::Model, false, "out_proj.out", kNone});
+  l.push_back({k ? "k.mul_sin" : "q.mul_sin", "mul", w, table, false, k ? "k.rot" : "q.rot", kNone});
+  l.push_back({k ? "k.rot" : "q.rot", "add", w, table, false, "out_proj.out", kNone});
 }
 
 }  // namespace
@@ -622,6 +625,57 @@ OpList gptj_layer(const LayerSetup& s) {
   l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
+/// CodeGenBlock [X]: GPT-J's block with one fused qkv_proj (no bias) whose output is split into
+/// mp_num = 4 groups; _split_heads' reshape merges the groups with the heads of each, a view only
+/// when a group holds one head (4 heads), else a copy of q, k and v each (the attention's locals).
+/// The sin / cos rows are indexed from the fp32 buffer and never cast, so in half precision the
+/// rotary products, the rotated q / k and their cat with the pass-through part are fp32 by type
+/// promotion, and _attn's .to(float32) copies nothing; the mask is added before the division by
+/// the scale [M] (tensor log of codegen/full/bf16/gc/eager).
+OpList codegen_layer(const LayerSetup& s) {
+  OpList l;
+  l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
+  layer_norm(l, kLn1);
+  l.push_back(linear("qkv.out", shape(Sym::T, Sym::QKV), TH, Sym::H, Sym::QKV, false, "out_proj.out", false));
+  if (s.heads_split_copied)
+    for (std::string_view n : {"q.split", "k.split", "v.split"})
+      l.push_back({n, "reshape", TQ, Dt::Model, false, "out_proj.out", kNone});
+  l.push_back({"rotary.sincos", "index", shape(Sym::S, Sym::HeadDim), Dt::F32, false, "out_proj.out", kNone});
+  interleaved_rotary(l, true, Dt::F32);
+  interleaved_rotary(l, false, Dt::F32);
+  l.push_back({"k.embed", "cat", TQ, Dt::F32, false, "out_proj.out", TQ});
+  l.push_back({"q.embed", "cat", TQ, Dt::F32, false, "out_proj.out", TQ});
+  l.push_back({"attn.q_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.k_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.scores", "matmul", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.masked", "add", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.scaled", "div", SS, Dt::F32, false, {}, kNone});
+  l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
+  l.push_back({"attn.copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
+  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out", false));
+  find_mut(l, "out_proj.out")->branch_of = "block.sum";
+  find_mut(l, "out_proj.out")->residual_of = "ln1.out";
+  expression_mlp(l, "layer.out");
+  l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
+  if (!s.full) edit_layernorm_lora(l, s.half);
+  return l;
+}
+
+/// CodeGenModel [X]: wte (saves the indices only [D]) and the eager causal mask [b, 1, s, s] in the
+/// model dtype, read by every layer; no rotary table outside the layers. (PyTorch embeds first; the
+/// list ends with the embedding, the tensor it hands to layer 0.)
+OpList codegen_embedding(const LayerSetup& s) {
+  OpList l;
+  if (s.eager)
+    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
 
@@ -909,6 +963,8 @@ OpList gpt_neo_embedding(const LayerSetup& s) {
 }
 
 const FamilyLists kGptjLists{&gptj_layer, &falcon_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
+const FamilyLists kCodeGenLists{&codegen_layer, &codegen_embedding, &layernorm_head,
+                                 &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
@@ -1089,6 +1145,12 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
 void complete_gptj_setup(const Request& r, StepSetup& s) {
   complete_layernorm_setup(r, s);
   s.dims.pos = r.model.max_positions;  // rows of the sin / cos table (embed_positions.repeat)
+}
+
+void complete_codegen_setup(const Request& r, StepSetup& s) {
+  complete_layernorm_setup(r, s);
+  // CodeGenAttention.forward: mp_num = 4 groups of heads / 4 heads each [X]
+  s.layer.heads_split_copied = r.model.heads > 4;
 }
 
 void complete_falcon_setup(const Request& r, StepSetup& s) {

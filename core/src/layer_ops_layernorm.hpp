@@ -36,6 +36,9 @@ extern const FamilyLists kBioGptLists;
 extern const FamilyLists kGptNeoLists;
 /// GPT-J (modeling_gptj.py): parallel block, interleaved partial rotary, eager attention in fp32.
 extern const FamilyLists kGptjLists;
+/// CodeGen (modeling_codegen.py): GPT-J's block with a fused qkv_proj split in 4 groups and fp32
+/// rotary tables.
+extern const FamilyLists kCodeGenLists;
 
 /// The family fields of a LayerNorm family's setup, from the request: the parameter tensors
 /// (ModelSpec's Linears and norms, LoRA adapters on every Linear), the fused q/k/v and rotary
@@ -45,6 +48,8 @@ void complete_layernorm_setup(const Request& r, StepSetup& s);
 void complete_falcon_setup(const Request& r, StepSetup& s);
 /// GPT-J: the rotary sin / cos table has max_positions rows.
 void complete_gptj_setup(const Request& r, StepSetup& s);
+/// CodeGen: whether _split_heads copies q, k and v (more than one head per group of 4).
+void complete_codegen_setup(const Request& r, StepSetup& s);
 
 /// The edits, exposed for tests.
 void edit_layernorm_lora(OpList& l, bool half);

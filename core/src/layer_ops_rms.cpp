@@ -12,6 +12,11 @@
 //      GemmaMLP's gelu_pytorch_tanh keeps its input as silu does)
 //  [G2] transformers models/gemma2/modeling_gemma2.py (Gemma2DecoderLayer's four norms,
 //      eager_attention_forward's softcap, the final logit softcapping, the two decoder-wide masks)
+//  [O2] transformers models/olmo2/modeling_olmo2.py (Olmo2RMSNorm: (weight * x_hat).to(input dtype);
+//      Olmo2Attention: q_norm(q_proj(x)), k_norm(k_proj(x)) over the full width; Olmo2DecoderLayer:
+//      x + post_attention_layernorm(attn(x)), then x + post_feedforward_layernorm(mlp(x)))
+//  [G3] transformers models/gemma3/modeling_gemma3.py (Gemma3Attention's q_norm / k_norm,
+//      Gemma3DecoderLayer's four norms, Gemma3TextModel's rotary pair per layer type)
 //  [P3] transformers models/phi3/modeling_phi3.py (Phi3Attention: qkv_proj sliced into q, k, v;
 //      apply_rotary_pos_emb: cat([rotated, pass-through]); Phi3MLP: gate_up_proj chunked)
 #include "layer_ops_rms.hpp"
@@ -64,7 +69,7 @@ void autocast_linear(OpList& l, const AutocastLinear& a) {
 /// weight keeps x_hat (its half cast in half precision); the normed heads take the projection's
 /// place as the rotary's input.
 void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const std::array<std::string_view, 7>& n,
-                   Shape width, Shape rows) {
+                   Shape width, Shape rows, Shape weight = shape(Sym::HeadDim)) {
   // under autocast the projection is half (autocast's linear) and the fp32 weight times its
   // half x_hat promotes the output back to fp32 (the model dtype there) [A]
   const bool half_in = s.half || s.autocast;
@@ -80,7 +85,7 @@ void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const 
   e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
   e.push_back({n[4], "mul", width, Dt::F32, s.full && !half_in, {}, width, kNone, Dt::Model, Dt::F32});
   if (half_in) e.push_back({n[5], "_to_copy", width, half, s.full, {}, width, kNone, Dt::Model, half});
-  e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, shape(Sym::HeadDim)});
+  e.push_back({n[6], "mul", width, Dt::Model, false, reader_end, width, weight});
   l.insert(position(l, proj) + 1, e.begin(), e.end());
 }
 
@@ -137,6 +142,12 @@ void gemma_norms(OpList& l, const LayerSetup& s) {
   }
 }
 
+}  // namespace
+
+void edit_fp32_product_norms(OpList& l, const LayerSetup& s) { gemma_norms(l, s); }
+
+namespace {
+
 /// GemmaTextScaledWordEmbedding [G]: the lookup times sqrt(hidden) is a second [T, h] tensor; the
 /// lookup dies with the product (mul by a constant keeps nothing that needs a gradient [D]).
 void gemma_embedding(OpList& l, const LayerSetup&) {
@@ -173,24 +184,37 @@ void phi3_attention_layout(OpList& l, const LayerSetup& s) {
   (void)TQ;
 }
 
+/// The entries of a q / k norm written as a Gemma RMSNorm (OLMo-2's, Gemma3's).
+constexpr std::array<std::string_view, 7> kQNorm{"q_norm.upcast", "q_norm.pow",   "q_norm.mean", "q_norm.rsqrt",
+                                                 "q_norm.x_hat",  "q_norm.scaled", "q_norm.out"};
+constexpr std::array<std::string_view, 7> kKNorm{"k_norm.upcast", "k_norm.pow",   "k_norm.mean", "k_norm.rsqrt",
+                                                 "k_norm.x_hat",  "k_norm.scaled", "k_norm.out"};
+
+/// The shapes of one RMSNorm: the normed tensor, its variance rows and its weight, and the entry
+/// its tensors follow (empty: the normed tensor itself).
+struct NormDims {
+  Shape width = shape(Sym::T, Sym::H), rows = shape(Sym::T), weight = shape(Sym::H);
+  std::string_view after = {};
+};
+
 /// A Gemma RMSNorm [G] on `x` (not on the residual stream: Gemma2's post-attention and
-/// post-feedforward norms), written as gemma_norms leaves norm1/norm2; its output dies after
-/// `reader`.
+/// post-feedforward norms, q / k norms), written as gemma_norms leaves norm1/norm2; its output
+/// dies after `reader`.
 void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::string_view reader,
-                    const std::array<std::string_view, 7>& n) {
-  const Shape TH = shape(Sym::T, Sym::H), T1 = shape(Sym::T);
+                    const std::array<std::string_view, 7>& n, const NormDims& d = {}) {
+  const Shape w = d.width;
   TensorOp* in = find_mut(l, x);
   in->saved = !s.half;  // fp32: pow keeps its input; half: the upcast is what it keeps
   in->dies_after = s.half ? n[0] : std::string_view{};
   OpList e;
-  if (s.half) e.push_back({n[0], "_to_copy", TH, Dt::F32, true, {}, TH});
-  e.push_back({n[1], "pow", TH, Dt::F32, false, {}, kNone});
-  e.push_back({n[2], "mean", T1, Dt::F32, false, {}, kNone});
-  e.push_back({n[3], "rsqrt", T1, Dt::F32, true, {}, kNone});
-  e.push_back({n[4], "mul", TH, Dt::F32, s.full, {}, TH, kNone, Dt::Model, Dt::F32});
-  if (s.half) e.push_back({n[5], "mul", TH, Dt::F32, false, {}, TH, kNone, Dt::Model, Dt::F32});
-  e.push_back({n[6], s.half ? "_to_copy" : "mul", TH, Dt::Model, false, reader, TH, shape(Sym::H)});
-  l.insert(position(l, x) + 1, e.begin(), e.end());
+  if (s.half) e.push_back({n[0], "_to_copy", w, Dt::F32, true, {}, w});
+  e.push_back({n[1], "pow", w, Dt::F32, false, {}, kNone});
+  e.push_back({n[2], "mean", d.rows, Dt::F32, false, {}, kNone});
+  e.push_back({n[3], "rsqrt", d.rows, Dt::F32, true, {}, kNone});
+  e.push_back({n[4], "mul", w, Dt::F32, s.full, {}, w, kNone, Dt::Model, Dt::F32});
+  if (s.half) e.push_back({n[5], "mul", w, Dt::F32, false, {}, w, kNone, Dt::Model, Dt::F32});
+  e.push_back({n[6], s.half ? "_to_copy" : "mul", w, Dt::Model, false, reader, w, d.weight});
+  l.insert(position(l, d.after.empty() ? x : d.after) + 1, e.begin(), e.end());
 }
 
 /// Gemma2 [G2]: norms after attention and after the MLP, before their residual adds.
@@ -201,6 +225,59 @@ void gemma2_layer(OpList& l, const LayerSetup& s) {
   gemma_rms_norm(l, s, "down_proj.out", "mlp.residual",
                  {"post_ff.upcast", "post_ff.pow", "post_ff.mean", "post_ff.rsqrt", "post_ff.x_hat", "post_ff.scaled",
                   "post_ff.out"});
+}
+
+/// OLMo-2's rotary in half precision [O2]: cos / sin stay fp32 (Olmo2RotaryEmbedding casts them to
+/// nothing), so q * cos, rotate_half(q) * sin and their sum are fp32; the sum is cast back to the
+/// input's dtype (q_embed.to(q_type)), and the cast is what the attention reads.
+void olmo2_half_rotary(OpList& l) {
+  for (bool k : {false, true}) {
+    const std::string_view rot = k ? "k.rot" : "q.rot", sum = k ? "k.rot_f32" : "q.rot_f32";
+    for (std::string_view n : {k ? "k.mul_cos" : "q.mul_cos", k ? "k.mul_sin" : "q.mul_sin"})
+      find_mut(l, n)->dtype = Dt::F32;
+    find_mut(l, k ? "k.mul_cos" : "q.mul_cos")->dies_after = sum;
+    TensorOp cast = *find_mut(l, rot);
+    TensorOp* t = find_mut(l, rot);
+    t->name = sum, t->dtype = Dt::F32, t->saved = false, t->dies_after = rot;
+    cast.op = "_to_copy";
+    l.insert(position(l, sum) + 1, cast);
+  }
+  // both sums are cast after both are computed (apply_rotary_pos_emb returns the two casts; the
+  // fp32 sums are its locals until it returns)
+  std::rotate(position(l, "q.rot"), position(l, "q.rot") + 1, position(l, "k.rot"));
+  find_mut(l, "q.rot_f32")->dies_after = "k.rot";
+}
+
+void olmo2_embedding(OpList& l, const LayerSetup& s) {
+  if (!s.half) return;
+  for (std::string_view n : {"rotary.cos", "rotary.sin"}) find_mut(l, n)->dtype = Dt::F32;
+}
+
+/// OLMo-2 [O2], edited after the precision edits (before LoRA's): no norm before the attention or
+/// the MLP, so q/k/v_proj and gate/up_proj (and their adapters) read the residual stream itself;
+/// q_norm / k_norm over the whole q / k width (one variance per token, weights [q] / [kv]) before
+/// the rotary; post-attention and post-feedforward norms before the residual adds. Olmo2RMSNorm is
+/// (weight * x_hat).to(input dtype): in half precision the product is fp32, as Gemma's norm.
+void olmo2_layer(OpList& l, const LayerSetup& s) {
+  for (std::string_view n : {"norm1", "norm2"}) {
+    const std::string first = std::string(n) + (s.half ? ".upcast" : ".pow"), last = std::string(n) + ".out";
+    l.erase(position(l, first), position(l, last) + 1);
+  }
+  // who keeps the residual stream: the trained q/k/v (gate/up) mm, or in fp32 the first adapter
+  // reading it (lora_A saves its input; in half precision each adapter keeps its own fp32 cast [P])
+  const bool fp32_adapters = !s.full && !s.half;
+  for (std::string_view n : {"input", "attn.residual"}) {
+    TensorOp* t = find_mut(l, n);
+    t->saved = s.full || (fp32_adapters && (n == "input" || s.lora_all));
+    t->dies_after = t->saved ? std::string_view{} : n == "input" ? "attn.residual" : "mlp.residual";
+  }
+  const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
+  gemma_rms_norm(l, s, "q_proj.out", q_end, kQNorm,
+                 {shape(Sym::T, Sym::Q), shape(Sym::T), shape(Sym::Q)});
+  gemma_rms_norm(l, s, "k_proj.out", k_end, kKNorm,
+                 {shape(Sym::T, Sym::KV), shape(Sym::T), shape(Sym::KV)});
+  gemma2_layer(l, s);
+  if (s.half) olmo2_half_rotary(l);
 }
 
 /// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
@@ -224,6 +301,29 @@ void gemma2_embedding(OpList& l, const LayerSetup& s) {
         ->checkpoint_input = true;
 }
 
+/// Gemma3 [G3]: Gemma2's four norms and, after the q / k / v projections, q_norm and k_norm (Gemma
+/// RMSNorms over each head, weights [head_dim]) before the rotary; no score or logit softcapping
+/// (Gemma3TextConfig: attn_logit_softcapping and final_logit_softcapping None).
+void gemma3_layer(OpList& l, const LayerSetup& s) {
+  gemma2_layer(l, s);
+  const std::string_view q_end = find_op(l, "q_proj.out")->dies_after, k_end = find_op(l, "k_proj.out")->dies_after;
+  gemma_rms_norm(l, s, "q_proj.out", q_end, kQNorm,
+                 {shape(Sym::T, Sym::Q), shape(Sym::T, Sym::A), shape(Sym::HeadDim), "v_proj.out"});
+  gemma_rms_norm(l, s, "k_proj.out", k_end, kKNorm,
+                 {shape(Sym::T, Sym::KV), shape(Sym::T, Sym::KvHeads), shape(Sym::HeadDim), "q_norm.out"});
+}
+
+/// Gemma3's embedding [G3]: Gemma2's, and a second cos / sin pair (the sliding layers' rotary base),
+/// each kept by the layers of its kind.
+void gemma3_embedding(OpList& l, const LayerSetup& s) {
+  gemma2_embedding(l, s);
+  for (std::string_view n : {"rotary.sin", "rotary.cos"}) {
+    TensorOp local = *find_op(l, n);
+    local.name = n == "rotary.cos" ? "rotary.cos_local" : "rotary.sin_local";
+    l.insert(position(l, "rotary.sin") + 1, local);
+  }
+}
+
 /// Gemma2's head: the final norm, then the logits capped as the scores are [G2]; the capped
 /// logits are what the model output holds until the loss is computed.
 void gemma2_head(OpList& l, const LayerSetup& s) {
@@ -241,6 +341,8 @@ void gemma2_head(OpList& l, const LayerSetup& s) {
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
+const FamilyEdits kGemma3Edits{gemma3_layer, gemma3_embedding, gemma_head, gemma_norms};
+const FamilyEdits kOlmo2Edits{nullptr, olmo2_embedding, gemma_head, olmo2_layer};
 const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
 const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
 const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};

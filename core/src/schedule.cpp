@@ -647,6 +647,11 @@ struct FamilyRow {
   /// layer groups that differ only in their attention window are one list (GPT-Neo's local layers
   /// read another causal bias buffer; their tensors are the global layers')
   bool windows_alike = false;
+  /// NoPE layers (no rotary) are described by the RoPE layers' list (SmolLM3, see its row)
+  bool nope_as_rope = false;
+  /// the lists cap the scores and the logits (Gemma2); a model that caps them is not covered
+  /// by lists that do not
+  bool softcapping = false;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -654,10 +659,23 @@ constexpr FamilyRow kFamilies[] = {
     {"mistral", &kLlamaLists, nullptr, nullptr, true},
     {"qwen2", &kLlamaLists, nullptr, nullptr, true},
     {"qwen3", &kLlamaLists, &kQwen3Edits, nullptr, true},
+    // SmolLM3: the Llama layer; every 4th layer is NoPE (no_rope_layers), described by the RoPE
+    // list: it keeps the same bytes for backward (attention keeps the projections instead of the
+    // rotated copies) and makes a subset of its temporaries (the 4 smollm3 records of
+    // cpu-suite-families.jsonl, 4 layers each: schedule within 0.01 %)
+    {.family = "smollm3", .lists = &kLlamaLists, .edits = nullptr, .complete = nullptr, .nope_as_rope = true},
+    {"olmo2", &kLlamaLists, &kOlmo2Edits, nullptr},
     {"phi3", &kLlamaLists, &kPhi3Edits, nullptr},
     {"gemma", &kLlamaLists, &kGemmaEdits, nullptr},
-    {"gemma2", &kLlamaLists, &kGemma2Edits, nullptr},
+    {.family = "gemma2", .lists = &kLlamaLists, .edits = &kGemma2Edits, .complete = nullptr, .softcapping = true},
+    // Gemma3 (model_type gemma3_text): sliding and global layers differ in their window only, so
+    // (as Gemma2) eager attention is covered, SDPA with a window shorter than the sequence is not;
+    // no softcapping (Gemma3TextConfig's final_logit_softcapping is None in Gemma 3's configs)
+    {"gemma3_text", &kLlamaLists, &kGemma3Edits, nullptr},
     {"mixtral", &kLlamaLists, &kMixtralEdits, nullptr},
+    // gpt-oss: sliding and full layers differ in their window only: eager attention (its only
+    // kernel with sinks) is one list; MoE: full fine-tuning
+    {"gpt_oss", &kLlamaLists, &kGptOssEdits, nullptr},
     {"qwen2_moe", &kLlamaLists, &kQwen2MoeEdits, nullptr},
     {"qwen3_moe", &kLlamaLists, &kQwen3MoeEdits, nullptr},
     {"gpt_neox", &kGptNeoxLists, nullptr, &complete_layernorm_setup, false, true},
@@ -669,6 +687,9 @@ constexpr FamilyRow kFamilies[] = {
     {"bloom", &kBloomLists, nullptr, &complete_layernorm_setup, false, true, true},
     // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B)
     {"gptj", &kGptjLists, nullptr, &complete_gptj_setup, false, true},
+    // CodeGen: LoRA on every Linear only (the lists name no qkv_proj-only variant: the request's
+    // q/v targets do not reach it); no dropout modelled (GPT-J's reason)
+    {"codegen", &kCodeGenLists, nullptr, &complete_codegen_setup, false, true},
     {"gpt_neo", &kGptNeoLists, nullptr, &complete_layernorm_setup, false, true, true, true, true, true},
     // BioGPT + LoRA + checkpointing: the OPT-like layer's backward misses as OPT's does (-3.2 %)
     {"biogpt", &kBioGptLists, nullptr, &complete_layernorm_setup, false, true, true, false, true},
@@ -686,8 +707,9 @@ const FamilyRow* family_row(std::string_view f) {
 }
 
 /// Identical decoder layers: one group, or groups that differ only in their sliding window where
-/// attention is eager (its masks are built once for the whole decoder).
-bool identical_layers(const ModelSpec& m, bool eager) {
+/// attention is eager (its masks are built once for the whole decoder), or in their rotary where
+/// the family describes NoPE layers by the RoPE list (`nope_as_rope`).
+bool identical_layers(const ModelSpec& m, bool eager, bool nope_as_rope) {
   const LayerGroup& g = m.groups.front();
   return std::all_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& o) {
     const bool same_linears = std::equal(g.linears.begin(), g.linears.end(), o.linears.begin(), o.linears.end(),
@@ -695,7 +717,7 @@ bool identical_layers(const ModelSpec& m, bool eager) {
                                            return a.name == b.name && a.in == b.in && a.out == b.out && a.bias == b.bias;
                                          });
     return same_linears && o.other_params == g.other_params && o.moe == g.moe &&
-           o.mlp_intermediate == g.mlp_intermediate && o.rope == g.rope && !o.frozen &&
+           o.mlp_intermediate == g.mlp_intermediate && (o.rope == g.rope || nope_as_rope) && !o.frozen &&
            (o.sliding_window == g.sliding_window || eager);
   });
 }
@@ -724,7 +746,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
-      !(identical_layers(m, r.attention == AttentionImpl::Eager) || (row->windows_alike && groups_alike(m))) ||
+      !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
+        (row->windows_alike && groups_alike(m))) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       (m.attention_dropout > 0 && !row->attention_dropout) ||
       ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
@@ -734,6 +757,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
                                       std::vector<std::string>{"q_proj", "v_proj"}.begin());
   if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
+  if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row->softcapping) return std::nullopt;
   // LoRA dropout keeps a dropped copy of every adapted Linear's input (peft lora/layer.py); the
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
   if (r.task == Task::Lora && r.lora.dropout > 0) return std::nullopt;
