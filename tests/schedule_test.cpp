@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -260,4 +261,22 @@ TEST_CASE("[.sched-all] schedule vs every tuning and check record", "[.sched-all
 TEST_CASE("[.sched-holdout] schedule vs the holdout records", "[.sched-holdout]") {
   print_schedule_vs_records({"cpu-holdout.jsonl", "cpu-holdout2.jsonl", "cpu-holdout3.jsonl", "cpu-holdout4.jsonl",
                              "cpu-holdout5.jsonl"});
+}
+
+// Every covered record whose name contains $MEMFIT_SCHED_FILTER (all when unset), with the
+// schedule's and today's estimator's error: for diagnosing one pattern across record files.
+TEST_CASE("[.sched-list] schedule vs the records of a filter", "[.sched-list]") {
+  const char* env = std::getenv("MEMFIT_SCHED_FILTER");
+  const std::string filter = env ? env : "";
+  for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
+                        "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"})
+    for (const Record& r : records(f)) {
+      if (r.name.find(filter) == std::string::npos) continue;
+      const Request q = request_of(r);
+      const auto s = step_setup(q);
+      if (!s) continue;
+      std::printf("%s %s: schedule %+.2f %%, estimator %+.2f %%\n", f, r.name.c_str(),
+                  pct(double(peak_allocated(*s)), double(r.measured)),
+                  pct(double(estimate(q).allocated_peak_bytes), double(r.measured)));
+    }
 }

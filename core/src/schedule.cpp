@@ -305,26 +305,53 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
   return own_made;
 }
 
+/// How a list's backward treats the weight gradients it makes.
+struct WeightGrads {
+  /// true: the first micro-batch (each gradient becomes the parameter's .grad, alive until
+  /// zero_grad); false: a later one (the .grad exists, the new gradient is added into it)
+  bool first = true;
+  /// a later micro-batch: the entry whose new gradient waits in autograd's input buffer rather
+  /// than being accumulated at once (a tied head's, summed with the embedding's; kKeep: none)
+  size_t waits = static_cast<size_t>(-1);
+};
+
 /// What entry i's backward creates: its weight (and bias) gradient in the first micro-batch, the
 /// skip gradient a residual add hands back (cast when the waiting operand has another dtype: a
 /// half base output beside an fp32 adapter sum), and its input gradient (beside the temporaries
-/// its backward holds), which replaces the incoming one.
+/// its backward holds), which replaces the incoming one. In a later micro-batch the node makes a
+/// new weight gradient after its input gradient (derivatives.yaml: mm's self before mat2), and
+/// AccumulateGrad adds it into the existing .grad in place and frees it as soon as the node has
+/// returned (torch/csrc/autograd/functions/accumulate_grad.h: `variable_grad += new_grad` when
+/// grad mode is off; the engine runs AccumulateGrad nodes first, sequence_nr UINT64_MAX).
 void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std::vector<Pending>& pending,
-                     int& grad, bool new_weight_grads, bool input_grad_made) {
+                     int& grad, WeightGrads wg, bool input_grad_made) {
   const OpList& l = *r.ops;
-  if (r.weight_bytes[i] > 0 && new_weight_grads)
+  if (r.weight_bytes[i] > 0 && (wg.first || wg.waits == i))
     st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad", l[i].name));
-  if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
+  if (r.bias_bytes[i] > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
   if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
     const bool cast = r.cast_bytes[i] > 0;
     pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
   }
-  if (r.grad_bytes[i] == 0 || input_grad_made) return;
+  auto accumulated = [&] {  // a later micro-batch's new weight (and bias) gradient, added into .grad
+    std::vector<int> added;
+    if (!wg.first && wg.waits != i) {
+      added.push_back(sink.alloc(r.bias_bytes[i], "bias_grad_new", l[i].name));
+      added.push_back(sink.alloc(r.weight_bytes[i], "weight_grad_new", l[i].name));
+    }
+    return added;
+  };
+  if (r.grad_bytes[i] == 0 || input_grad_made) {
+    for (int a : accumulated()) sink.free(a);
+    return;
+  }
   std::vector<int> temps;
   for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], "grad_temp", l[i].name));
   const int g = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
   for (int t : temps) sink.free(t);
+  const std::vector<int> added = accumulated();
   if (!held(pending, grad)) sink.free(grad);
+  for (int a : added) sink.free(a);
   grad = g;
 }
 
@@ -335,7 +362,7 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
 /// when the backward first unpacks a saved tensor, so the ops at the end of the list that keep
 /// nothing (adds, casts, the LoRA scaling) run before it; it is called before the first entry
 /// whose predecessor is saved (its input, what its backward needs).
-int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads,
+int backward(Sink& sink, const Resolved& r, ListState& st, int grad, WeightGrads wg,
              const std::function<void()>& recompute = {}) {
   const OpList& l = *r.ops;
   std::vector<Pending> pending;  // gradients waiting at an earlier entry (residual skips, branches)
@@ -347,7 +374,7 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
     for (size_t b : r.branch_readers[i])
       if (b < i && grad >= 0) pending.push_back({b, grad, false, true});
     if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
-    entry_gradients(sink, r, i, st, pending, grad, new_weight_grads, input_grad_made);
+    entry_gradients(sink, r, i, st, pending, grad, wg, input_grad_made);
     for (size_t j : r.released_at[i])
       if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
   }
@@ -437,6 +464,10 @@ void run(Sink& sink, const StepSetup& s) {
     return t.dies_after == "next_layer";
   });
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
+  // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
+  size_t tied_head = kKeep;
+  for (size_t i = 0; i < head_l.size(); ++i)
+    if (!head_l[i].weight.empty && head.weight_bytes[i] == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
   for (const ParamTensor& t : op) sink.alloc(t.bytes, "parameter");
@@ -486,8 +517,11 @@ void run(Sink& sink, const StepSetup& s) {
       };
       free_shared(!s.checkpointing);
       ListState h = forward(sink, head, carried, false, false);
-      int grad = backward(sink, head, h, -1, micro == 0);
-      for (int g : h.weight_grads) outer_grads.push_back(g);
+      const bool tied = s.tied_embeddings && s.layer.full;
+      const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? tied_head : kKeep};
+      int grad = backward(sink, head, h, -1, head_wg);
+      if (micro == 0)
+        for (int g : h.weight_grads) outer_grads.push_back(g);
       sink.repeat(rest, [&](u64 k) {
         ListState& st = states[sink.slot(rest - 1 - k)];
         auto recompute = [&] {
@@ -496,28 +530,34 @@ void run(Sink& sink, const StepSetup& s) {
           st = recompute_forward(sink, layer, input);
           st.weight_grads = std::move(grads);
         };
-        grad = s.checkpointing ? backward(sink, layer, st, grad, micro == 0, recompute)
-                               : backward(sink, layer, st, grad, micro == 0);
+        grad = s.checkpointing ? backward(sink, layer, st, grad, wg, recompute) : backward(sink, layer, st, grad, wg);
         if (micro == 0) layer_grads[sink.slot(rest - 1 - k)] = st.weight_grads;
       });
       if (first_differs) {
-        grad = backward(sink, first, state0, grad, micro == 0);
+        grad = backward(sink, first, state0, grad, wg);
         if (micro == 0) grads0 = state0.weight_grads;
       }
       free_shared(true);
-      grad = backward(sink, emb, e, grad, micro == 0);
-      for (int g : e.weight_grads) outer_grads.push_back(g);
-      if (s.tied_embeddings && s.layer.full && micro == 0 && !h.weight_grads.empty()) {
+      grad = backward(sink, emb, e, grad, wg);
+      if (micro == 0)
+        for (int g : e.weight_grads) outer_grads.push_back(g);
+      if (tied && !h.weight_grads.empty()) {
         // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
         // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
-        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h])
+        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h]); the sum
+        // becomes the .grad in the first micro-batch and is added into it in a later one
         const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
         const int dense = sink.alloc(vh, "embed.weight_grad");
         const int sum = sink.alloc(vh, "tied_weight_grad");
         sink.free(dense);
-        auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
-        sink.free(*head_grad);
-        *head_grad = sum;
+        if (micro == 0) {
+          auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
+          sink.free(*head_grad);
+          *head_grad = sum;
+        } else {
+          sink.free(h.weight_grads.front());
+          sink.free(sum);
+        }
       }
       sink.free(grad);
       sink.free(ids);
