@@ -280,3 +280,36 @@ TEST_CASE("[.sched-list] schedule vs the records of a filter", "[.sched-list]") 
                   pct(double(estimate(q).allocated_peak_bytes), double(r.measured)));
     }
 }
+
+// The tensors the schedule holds at its allocated peak for the record named $MEMFIT_SCHED_CASE
+// (in any tuning or check file), largest first: the schedule's side of peak_dump.py.
+TEST_CASE("[.sched-peak] the schedule's live tensors at its peak", "[.sched-peak]") {
+  const char* env = std::getenv("MEMFIT_SCHED_CASE");
+  const std::string name = env ? env : "";
+  for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"})
+    for (const Record& r : records(f)) {
+      if (r.name != name) continue;
+      const auto s = step_setup(request_of(r));
+      if (!s) continue;
+      std::vector<std::string> names;
+      const std::vector<std::int64_t> trace = step_trace(*s, &names);
+      std::vector<std::int64_t> sizes;
+      std::vector<bool> live;
+      std::int64_t now = 0, peak = 0;
+      std::vector<bool> at_peak;
+      for (std::int64_t e : trace) {
+        if (e > 0) sizes.push_back(e), live.push_back(true), now += e;
+        else live[static_cast<size_t>(-e - 1)] = false, now -= sizes[static_cast<size_t>(-e - 1)];
+        if (now > peak) peak = now, at_peak = live;
+      }
+      std::printf("%s: schedule peak %lld, measured %llu\n", r.name.c_str(), (long long)peak, (unsigned long long)r.measured);
+      std::map<std::string, std::pair<int, std::int64_t>> by_name;
+      for (size_t k = 0; k < at_peak.size(); ++k)
+        if (at_peak[k]) by_name[names[k] + " " + std::to_string(sizes[k])].first++, by_name[names[k] + " " + std::to_string(sizes[k])].second += sizes[k];
+      std::vector<std::pair<std::int64_t, std::string>> rows;
+      for (auto& [n, c] : by_name) rows.push_back({c.second, n + " x" + std::to_string(c.first)});
+      std::sort(rows.rbegin(), rows.rend());
+      for (auto& [b, n] : rows) std::printf("  %12lld %s\n", (long long)b, n.c_str());
+      return;
+    }
+}

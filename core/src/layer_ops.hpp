@@ -155,6 +155,9 @@ struct LayerSetup {
   bool logits_fp32_in_model = false;  ///< the model casts its logits to fp32 (CodeGen, GPT-Neo)
   bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
   bool one_sequence = false;  ///< micro-batch 1: torch.matmul folds [b, heads] of a strided view without a copy
+  /// CUDA fp16: softmax(dtype=float32) runs _softmax(half_to_float) on the half scores (no fp32 copy
+  /// of its input, a half input gradient); elsewhere (CPU, bf16) the scores are copied to fp32 first
+  bool softmax_half_to_float = false;
   const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
 };
 
@@ -174,7 +177,7 @@ struct FamilyLists {
 [[nodiscard]] OpList head_and_loss(const LayerSetup& s);
 
 /// The edits, exposed for tests and for families that need them.
-void edit_half_precision(OpList& l);
+void edit_half_precision(OpList& l, bool softmax_half_to_float = false);
 void edit_eager_attention(OpList& l, bool gqa);
 void edit_window_mask(OpList& l, bool gqa = true);
 void edit_lora(OpList& l, bool all_linear);

@@ -650,6 +650,10 @@ StepLists step_lists(const StepSetup& s) {
   if (s.tied_embeddings)
     for (TensorOp& t : l.embedding)
       if (t.name == "embed.out") t.weight = kNone;
+  // LoRA: the embeddings are frozen (PEFT trains only the adapters), so their backward makes no
+  // weight gradient
+  if (!s.layer.full)
+    for (TensorOp& t : l.embedding) t.weight = kNone, t.bias = kNone;
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
   l.first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
@@ -796,6 +800,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.window_mask = window_mask;
   s.layer.autocast = amp;
   s.layer.one_sequence = r.micro_batch_size == 1;
+  s.layer.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
   s.layer.family = row->edits;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
             g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
