@@ -95,6 +95,17 @@ TEST_CASE("edits change the entries they are about") {
   CHECK(find_op(decoder_layer(half), "norm1.upcast")->saved);
   CHECK_FALSE(find_op(decoder_layer(half), "input")->saved);
   CHECK(find_op(decoder_layer(base), "input")->saved);
+  // half eager attention: softmax(dtype=float32) runs on an fp32 copy of the scores and its
+  // gradient is fp32; CUDA fp16's _softmax(half_to_float) makes no copy and a half gradient
+  LayerSetup half_eager = eager;
+  half_eager.half = true;
+  REQUIRE(find_op(decoder_layer(half_eager), "attn.softmax_in") != nullptr);
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in")->dtype == Dt::F32);
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::F32);
+  CHECK(find_op(decoder_layer(half_eager), "attn.probs_half")->grad_dtype == Dt::F32);
+  half_eager.softmax_half_to_float = true;
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in") == nullptr);
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::Model);
   // LoRA on q and v: adapters on those two only, no trained base weight
   LayerSetup qv = base;
   qv.full = false;
@@ -112,18 +123,38 @@ TEST_CASE("the periodic shortcut equals the full simulation") {
     for (bool half : {false, true})
       for (bool eager : {false, true})
         for (bool gc : {false, true})
-          for (u64 layers : {1u, 2u, 3u, 7u, 32u}) {
-            StepSetup s = tiny_setup(full, half, eager, gc, layers);
-            for (bool cuda : {false, true}) {
-              s.round_512 = cuda;
-              INFO("full " << full << " half " << half << " eager " << eager << " gc " << gc << " layers " << layers);
-              CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+          for (u64 layers : {1u, 2u, 3u, 7u, 32u})
+            for (u64 micro : {1u, 2u}) {
+              StepSetup s = tiny_setup(full, half, eager, gc, layers);
+              s.accumulation = micro;
+              for (bool cuda : {false, true}) {
+                s.round_512 = cuda;
+                INFO("full " << full << " half " << half << " eager " << eager << " gc " << gc << " layers " << layers
+                             << " micro-batches " << micro);
+                CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+              }
             }
-          }
+}
+
+// A later micro-batch adds each new weight gradient into the kept .grad (AccumulateGrad): it allocates
+// one more tensor per trained weight of the first micro-batch's size, and frees all of them.
+TEST_CASE("a later micro-batch's weight gradients are made and freed, the first's kept") {
+  StepSetup s = tiny_setup(true, false, false, false, 2);
+  s.accumulation = 2;
+  s.steps = 1;
+  std::vector<std::string> names;
+  const auto t = step_trace(s, &names);
+  size_t kept = 0, added = 0;
+  for (const std::string& n : names) kept += n.starts_with("weight_grad:"), added += n.starts_with("weight_grad_new:");
+  CHECK(kept > 0);
+  // kept: the first micro-batch's, and the second's tied head gradient, which waits for the
+  // embedding's to be summed with it; added: every other gradient of the second
+  CHECK(added + 2 == kept);
 }
 
 TEST_CASE("the trace frees only what it allocated, and everything but the weights and state") {
-  const StepSetup s = tiny_setup(true, false, false, false, 2);
+  StepSetup s = tiny_setup(true, false, false, false, 2);
+  s.accumulation = GENERATE(1u, 2u);
   const auto t = step_trace(s);
   std::vector<bool> live;
   for (std::int64_t e : t) {
