@@ -158,22 +158,31 @@ void edit_half_precision(OpList& l, bool softmax_half_to_float) {
     auto out = position(l, first ? "norm1.out" : "norm2.out");
     l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
   }
-  // eager attention: softmax runs in fp32 and its half copy is what the PV matmul keeps [L]; the
-  // copy's backward casts the half gradient to fp32 for softmax's backward
-  const Shape ss = shape(Sym::B, Sym::A, Sym::S, Sym::S);
-  if (TensorOp* sm = find_mut(l, "attn.softmax")) {
-    sm->grad_dtype = softmax_half_to_float ? Dt::Model : Dt::F32;
-    auto at = position(l, "attn.softmax") + 1;
-    l.insert(at, {"attn.probs_half", "_to_copy", ss, Dt::Model, true, {}, ss, kNone, Dt::Model, Dt::F32});
-    // softmax(x, dtype=float32) of a half x copies x to fp32 first and runs _softmax on the copy
-    // (aten/src/ATen/native/SoftMax.cpp softmax: only CUDA fp16 takes _softmax(half_to_float)
-    // instead); the copy's backward casts softmax's fp32 input gradient back to half. The scores
-    // stay alive until the .to(dtype) has returned (the modeling code's `attn_weights` holds them)
-    if (softmax_half_to_float) return;
-    auto scores = position(l, "attn.softmax") - 1;
-    if (scores->dies_after.empty()) scores->dies_after = "attn.probs_half";
-    l.insert(scores + 1, {"attn.softmax_in", "_to_copy", ss, Dt::F32, false, {}, ss});
+  // eager attention: softmax runs in fp32 and its half copy is what the PV matmul keeps [L]
+  if (find_op(l, "attn.softmax")) {
+    l.insert(position(l, "attn.softmax") + 1,
+             {"attn.probs_half", "_to_copy", shape(Sym::B, Sym::A, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
+    edit_softmax_of_half_scores(l, softmax_half_to_float);
   }
+}
+
+void edit_softmax_of_half_scores(OpList& l, bool half_to_float) {
+  TensorOp* sm = find_mut(l, "attn.softmax");
+  TensorOp* probs = find_mut(l, "attn.probs_half");
+  if (!sm || !probs) return;
+  // the cast back's backward casts the half gradient of the probabilities to fp32
+  probs->grad_input = sm->shape;
+  probs->grad_dtype = Dt::F32;
+  sm->grad_dtype = half_to_float ? Dt::Model : Dt::F32;
+  if (half_to_float) return;
+  // softmax(x, dtype=float32) of a half x copies x to fp32 first and runs _softmax on the copy
+  // (aten/src/ATen/native/SoftMax.cpp softmax; only CUDA fp16 takes _softmax(half_to_float)), so
+  // its backward runs in fp32 and the copy's casts the input gradient back to half. The scores stay
+  // alive until the .to(dtype) has returned (the modeling code's `attn_weights` holds them).
+  const Shape ss = sm->shape;
+  const auto scores = position(l, "attn.softmax") - 1;
+  if (scores->dies_after.empty()) scores->dies_after = "attn.probs_half";
+  l.insert(scores + 1, {"attn.softmax_in", "_to_copy", ss, Dt::F32, false, {}, ss});
 }
 
 void edit_eager_attention(OpList& l, bool gqa) {

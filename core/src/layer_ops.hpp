@@ -178,6 +178,10 @@ struct FamilyLists {
 
 /// The edits, exposed for tests and for families that need them.
 void edit_half_precision(OpList& l, bool softmax_half_to_float = false);
+/// Half eager attention's softmax(dtype=float32) around an existing "attn.probs_half": the fp32
+/// copy of the scores it runs on and the fp32 gradients of its backward (none of the copy where
+/// `half_to_float`: CUDA fp16).
+void edit_softmax_of_half_scores(OpList& l, bool half_to_float);
 void edit_eager_attention(OpList& l, bool gqa);
 void edit_window_mask(OpList& l, bool gqa = true);
 void edit_lora(OpList& l, bool all_linear);
