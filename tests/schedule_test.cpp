@@ -96,6 +96,17 @@ TEST_CASE("edits change the entries they are about") {
   CHECK(find_op(decoder_layer(half), "norm1.upcast")->saved);
   CHECK_FALSE(find_op(decoder_layer(half), "input")->saved);
   CHECK(find_op(decoder_layer(base), "input")->saved);
+  // half eager attention: softmax(dtype=float32) runs on an fp32 copy of the scores and its
+  // gradient is fp32; CUDA fp16's _softmax(half_to_float) makes no copy and a half gradient
+  LayerSetup half_eager = eager;
+  half_eager.half = true;
+  REQUIRE(find_op(decoder_layer(half_eager), "attn.softmax_in") != nullptr);
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in")->dtype == Dt::F32);
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::F32);
+  CHECK(find_op(decoder_layer(half_eager), "attn.probs_half")->grad_dtype == Dt::F32);
+  half_eager.softmax_half_to_float = true;
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in") == nullptr);
+  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::Model);
   // LoRA on q and v: adapters on those two only, no trained base weight
   LayerSetup qv = base;
   qv.full = false;
@@ -113,18 +124,38 @@ TEST_CASE("the periodic shortcut equals the full simulation") {
     for (bool half : {false, true})
       for (bool eager : {false, true})
         for (bool gc : {false, true})
-          for (u64 layers : {1u, 2u, 3u, 7u, 32u}) {
-            StepSetup s = tiny_setup(full, half, eager, gc, layers);
-            for (bool cuda : {false, true}) {
-              s.round_512 = cuda;
-              INFO("full " << full << " half " << half << " eager " << eager << " gc " << gc << " layers " << layers);
-              CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+          for (u64 layers : {1u, 2u, 3u, 7u, 32u})
+            for (u64 micro : {1u, 2u}) {
+              StepSetup s = tiny_setup(full, half, eager, gc, layers);
+              s.accumulation = micro;
+              for (bool cuda : {false, true}) {
+                s.round_512 = cuda;
+                INFO("full " << full << " half " << half << " eager " << eager << " gc " << gc << " layers " << layers
+                             << " micro-batches " << micro);
+                CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+              }
             }
-          }
+}
+
+// A later micro-batch adds each new weight gradient into the kept .grad (AccumulateGrad): it allocates
+// one more tensor per trained weight of the first micro-batch's size, and frees all of them.
+TEST_CASE("a later micro-batch's weight gradients are made and freed, the first's kept") {
+  StepSetup s = tiny_setup(true, false, false, false, 2);
+  s.accumulation = 2;
+  s.steps = 1;
+  std::vector<std::string> names;
+  const auto t = step_trace(s, &names);
+  size_t kept = 0, added = 0;
+  for (const std::string& n : names) kept += n.starts_with("weight_grad:"), added += n.starts_with("weight_grad_new:");
+  CHECK(kept > 0);
+  // kept: the first micro-batch's, and the second's tied head gradient, which waits for the
+  // embedding's to be summed with it; added: every other gradient of the second
+  CHECK(added + 2 == kept);
 }
 
 TEST_CASE("the trace frees only what it allocated, and everything but the weights and state") {
-  const StepSetup s = tiny_setup(true, false, false, false, 2);
+  StepSetup s = tiny_setup(true, false, false, false, 2);
+  s.accumulation = GENERATE(1u, 2u);
   const auto t = step_trace(s);
   std::vector<bool> live;
   for (std::int64_t e : t) {
@@ -333,13 +364,20 @@ TEST_CASE("[.sched-peak] live allocations at the schedule's peak", "[.sched-peak
   }
 }
 
-// Diagnosis: the schedule's error on every covered tuning and check record, one line each (to diff
-// two builds).
-TEST_CASE("[.sched-list] schedule error per covered record", "[.sched-list]") {
+// Every covered record whose name contains $MEMFIT_SCHED_FILTER (all when unset), with the
+// schedule's and today's estimator's error: for diagnosing one pattern across record files.
+TEST_CASE("[.sched-list] schedule vs the records of a filter", "[.sched-list]") {
+  const char* env = std::getenv("MEMFIT_SCHED_FILTER");
+  const std::string filter = env ? env : "";
   for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
                         "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"})
     for (const Record& r : records(f)) {
-      const auto s = step_setup(request_of(r));
-      if (s) std::printf("%s %s %+.2f\n", f, r.name.c_str(), pct(double(peak_allocated(*s)), double(r.measured)));
+      if (r.name.find(filter) == std::string::npos) continue;
+      const Request q = request_of(r);
+      const auto s = step_setup(q);
+      if (!s) continue;
+      std::printf("%s %s: schedule %+.2f %%, estimator %+.2f %%\n", f, r.name.c_str(),
+                  pct(double(peak_allocated(*s)), double(r.measured)),
+                  pct(double(estimate(q).allocated_peak_bytes), double(r.measured)));
     }
 }

@@ -578,6 +578,16 @@ def pattern_cases():
         shaped("phi", "phi/h128-L2-V1024/lora-r16-all/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, task="lora",
                precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
                sequence_length=512, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # the schedule (round 5): half eager attention at a long sequence under checkpointing (the
+        # fp32 copies around softmax); an untied frozen embedding at a large vocabulary with
+        # accumulation (no embedding gradient); GPT-J fp32 checkpointing with accumulation
+        shaped("mistral", "mistral/h128-L2-V1024/full/bf16/gc/eager/b1s1024/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=1024),
+        shaped("mistral", "mistral/h256-L2-V32000/lora-r16-all/bf16/nogc/sdpa/b2s32/adamw/gas2", 2, 2, 32000,
+               task="lora", precision="bf16", attention="sdpa", micro_batch_size=2, sequence_length=32,
+               gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        shaped("gptj", "gptj/h128-L2-V2048/full/fp32/gc/eager/b2s512/adamw/gas2", 1, 2, 2048, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512, gradient_accumulation_steps=2),
     ]
 
 

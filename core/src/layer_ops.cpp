@@ -138,14 +138,14 @@ OpList decoder_layer(const LayerSetup& s) {
   if (s.family && s.family->layer) s.family->layer(l, s);
   if (s.eager) edit_eager_attention(l, s.gqa);
   else if (s.window_mask) edit_window_mask(l, s.gqa);
-  if (s.half) edit_half_precision(l);
+  if (s.half) edit_half_precision(l, s.softmax_half_to_float);
   if (s.family && s.family->layer_after_precision) s.family->layer_after_precision(l, s);
   if (s.autocast) edit_autocast(l);
   if (!s.full) edit_lora(l, s.lora_all, s.half);
   return l;
 }
 
-void edit_half_precision(OpList& l) {
+void edit_half_precision(OpList& l, bool softmax_half_to_float) {
   // LlamaRMSNorm upcasts a half input (.to(float32)): pow saves the fp32 copy, not the input;
   // the x_hat cast back to half is what the weight's mul keeps [L][D]
   for (std::string_view n : {"norm1", "norm2"}) {
@@ -162,11 +162,30 @@ void edit_half_precision(OpList& l) {
     l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
   }
   // eager attention: softmax runs in fp32 and its half copy is what the PV matmul keeps [L]
-  if (TensorOp* sm = find_mut(l, "attn.softmax")) {
-    auto at = position(l, "attn.softmax") + 1;
-    l.insert(at, {"attn.probs_half", "_to_copy", shape(Sym::B, Sym::A, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
-    (void)sm;
+  if (find_op(l, "attn.softmax")) {
+    l.insert(position(l, "attn.softmax") + 1,
+             {"attn.probs_half", "_to_copy", shape(Sym::B, Sym::A, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
+    edit_softmax_of_half_scores(l, softmax_half_to_float);
   }
+}
+
+void edit_softmax_of_half_scores(OpList& l, bool half_to_float) {
+  TensorOp* sm = find_mut(l, "attn.softmax");
+  TensorOp* probs = find_mut(l, "attn.probs_half");
+  if (!sm || !probs) return;
+  // the cast back's backward casts the half gradient of the probabilities to fp32
+  probs->grad_input = sm->shape;
+  probs->grad_dtype = Dt::F32;
+  sm->grad_dtype = half_to_float ? Dt::Model : Dt::F32;
+  if (half_to_float) return;
+  // softmax(x, dtype=float32) of a half x copies x to fp32 first and runs _softmax on the copy
+  // (aten/src/ATen/native/SoftMax.cpp softmax; only CUDA fp16 takes _softmax(half_to_float)), so
+  // its backward runs in fp32 and the copy's casts the input gradient back to half. The scores stay
+  // alive until the .to(dtype) has returned (the modeling code's `attn_weights` holds them).
+  const Shape ss = sm->shape;
+  const auto scores = position(l, "attn.softmax") - 1;
+  if (scores->dies_after.empty()) scores->dies_after = "attn.probs_half";
+  l.insert(scores + 1, {"attn.softmax_in", "_to_copy", ss, Dt::F32, false, {}, ss});
 }
 
 void edit_eager_attention(OpList& l, bool gqa) {

@@ -159,6 +159,9 @@ struct LayerSetup {
   bool autocast = false;      ///< fp32 weights under torch.autocast (amp_bf16 / amp_fp16), layer_ops_rms.cpp
   bool one_sequence = false;  ///< micro-batch 1: torch.matmul folds [b, heads] of a strided view without a copy
   bool heads_split_copied = false;  ///< CodeGen: _split_heads' reshape copies q, k and v (> 4 heads)
+  /// CUDA fp16: softmax(dtype=float32) runs _softmax(half_to_float) on the half scores (no fp32 copy
+  /// of its input, a half input gradient); elsewhere (CPU, bf16) the scores are copied to fp32 first
+  bool softmax_half_to_float = false;
   const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
 };
 
@@ -178,7 +181,11 @@ struct FamilyLists {
 [[nodiscard]] OpList head_and_loss(const LayerSetup& s);
 
 /// The edits, exposed for tests and for families that need them.
-void edit_half_precision(OpList& l);
+void edit_half_precision(OpList& l, bool softmax_half_to_float = false);
+/// Half eager attention's softmax(dtype=float32) around an existing "attn.probs_half": the fp32
+/// copy of the scores it runs on and the fp32 gradients of its backward (none of the copy where
+/// `half_to_float`: CUDA fp16).
+void edit_softmax_of_half_scores(OpList& l, bool half_to_float);
 void edit_eager_attention(OpList& l, bool gqa);
 void edit_window_mask(OpList& l, bool gqa = true);
 void edit_lora(OpList& l, bool all_linear, bool half);

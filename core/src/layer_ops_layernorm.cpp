@@ -474,6 +474,9 @@ OpList bloom_layer(const LayerSetup& s) {
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
                "attn.residual"});
   if (s.half) find_mut(l, "attn.probs_half")->dies_after = {}, find_mut(l, "attn.softmax")->dies_after = {};
+  // softmax(dtype=float32) of the half scores: an fp32 copy of them (data/measurements/cpu-tensors.jsonl:
+  // bloom/full/bf16/gc/eager's _to_copy [2, 4, 64, 64] float32, dying in the forward) [M]
+  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }

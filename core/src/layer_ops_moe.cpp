@@ -186,7 +186,8 @@ void gpt_oss_layer(OpList& l, const LayerSetup& s) {
 void gpt_oss_sinks(OpList& l) {
   if (!find_op(l, "attn.softmax")) return;
   const Shape ss1 = shape(Sym::B, Sym::A, Sym::S, Sym::S1), rows = shape(Sym::B, Sym::A, Sym::S);
-  if (find_op(l, "attn.probs_half")) l.erase(at(l, "attn.probs_half"));
+  for (std::string_view n : {"attn.probs_half", "attn.softmax_in"})  // (edit_softmax_of_half_scores')
+    if (find_op(l, n)) l.erase(at(l, n));
   const TensorOp e[] = {{"attn.with_sinks", "cat", ss1, Dt::Model, false, "attn.centered", kNone},
                         {"attn.row_max", "max", rows, Dt::Model, false, "attn.centered", kNone},
                         {"attn.row_argmax", "max", rows, Dt::I64, true, {}, kNone},  // max's backward [D]

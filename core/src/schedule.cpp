@@ -305,26 +305,53 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
   return own_made;
 }
 
+/// How a list's backward treats the weight gradients it makes.
+struct WeightGrads {
+  /// true: the first micro-batch (each gradient becomes the parameter's .grad, alive until
+  /// zero_grad); false: a later one (the .grad exists, the new gradient is added into it)
+  bool first = true;
+  /// a later micro-batch: the entry whose new gradient waits in autograd's input buffer rather
+  /// than being accumulated at once (a tied head's, summed with the embedding's; kKeep: none)
+  size_t waits = static_cast<size_t>(-1);
+};
+
 /// What entry i's backward creates: its weight (and bias) gradient in the first micro-batch, the
 /// skip gradient a residual add hands back (cast when the waiting operand has another dtype: a
 /// half base output beside an fp32 adapter sum), and its input gradient (beside the temporaries
-/// its backward holds), which replaces the incoming one.
+/// its backward holds), which replaces the incoming one. In a later micro-batch the node makes a
+/// new weight gradient after its input gradient (derivatives.yaml: mm's self before mat2), and
+/// AccumulateGrad adds it into the existing .grad in place and frees it as soon as the node has
+/// returned (torch/csrc/autograd/functions/accumulate_grad.h: `variable_grad += new_grad` when
+/// grad mode is off; the engine runs AccumulateGrad nodes first, sequence_nr UINT64_MAX).
 void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std::vector<Pending>& pending,
-                     int& grad, bool new_weight_grads, bool input_grad_made) {
+                     int& grad, WeightGrads wg, bool input_grad_made) {
   const OpList& l = *r.ops;
-  if (r.weight_bytes[i] > 0 && new_weight_grads)
+  if (r.weight_bytes[i] > 0 && (wg.first || wg.waits == i))
     st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad", l[i].name));
-  if (r.bias_bytes[i] > 0 && new_weight_grads) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
+  if (r.bias_bytes[i] > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
   if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
     const bool cast = r.cast_bytes[i] > 0;
     pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
   }
-  if (r.grad_bytes[i] == 0 || input_grad_made) return;
+  auto accumulated = [&] {  // a later micro-batch's new weight (and bias) gradient, added into .grad
+    std::vector<int> added;
+    if (!wg.first && wg.waits != i) {
+      added.push_back(sink.alloc(r.bias_bytes[i], "bias_grad_new", l[i].name));
+      added.push_back(sink.alloc(r.weight_bytes[i], "weight_grad_new", l[i].name));
+    }
+    return added;
+  };
+  if (r.grad_bytes[i] == 0 || input_grad_made) {
+    for (int a : accumulated()) sink.free(a);
+    return;
+  }
   std::vector<int> temps;
   for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], "grad_temp", l[i].name));
   const int g = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
   for (int t : temps) sink.free(t);
+  const std::vector<int> added = accumulated();
   if (!held(pending, grad)) sink.free(grad);
+  for (int a : added) sink.free(a);
   grad = g;
 }
 
@@ -335,7 +362,7 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
 /// when the backward first unpacks a saved tensor, so the ops at the end of the list that keep
 /// nothing (adds, casts, the LoRA scaling) run before it; it is called before the first entry
 /// whose predecessor is saved (its input, what its backward needs).
-int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_weight_grads,
+int backward(Sink& sink, const Resolved& r, ListState& st, int grad, WeightGrads wg,
              const std::function<void()>& recompute = {}) {
   const OpList& l = *r.ops;
   std::vector<Pending> pending;  // gradients waiting at an earlier entry (residual skips, branches)
@@ -347,7 +374,7 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, bool new_we
     for (size_t b : r.branch_readers[i])
       if (b < i && grad >= 0) pending.push_back({b, grad, false, true});
     if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
-    entry_gradients(sink, r, i, st, pending, grad, new_weight_grads, input_grad_made);
+    entry_gradients(sink, r, i, st, pending, grad, wg, input_grad_made);
     for (size_t j : r.released_at[i])
       if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
   }
@@ -437,6 +464,10 @@ void run(Sink& sink, const StepSetup& s) {
     return t.dies_after == "next_layer";
   });
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
+  // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
+  size_t tied_head = kKeep;
+  for (size_t i = 0; i < head_l.size(); ++i)
+    if (!head_l[i].weight.empty && head.weight_bytes[i] == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
   // weights: the embedding, the layers, the final norm and head (module order), then the adapters
   for (const ParamTensor& t : op) sink.alloc(t.bytes, "parameter");
@@ -486,8 +517,11 @@ void run(Sink& sink, const StepSetup& s) {
       };
       free_shared(!s.checkpointing);
       ListState h = forward(sink, head, carried, false, false);
-      int grad = backward(sink, head, h, -1, micro == 0);
-      for (int g : h.weight_grads) outer_grads.push_back(g);
+      const bool tied = s.tied_embeddings && s.layer.full;
+      const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? tied_head : kKeep};
+      int grad = backward(sink, head, h, -1, head_wg);
+      if (micro == 0)
+        for (int g : h.weight_grads) outer_grads.push_back(g);
       sink.repeat(rest, [&](u64 k) {
         ListState& st = states[sink.slot(rest - 1 - k)];
         auto recompute = [&] {
@@ -496,28 +530,34 @@ void run(Sink& sink, const StepSetup& s) {
           st = recompute_forward(sink, layer, input);
           st.weight_grads = std::move(grads);
         };
-        grad = s.checkpointing ? backward(sink, layer, st, grad, micro == 0, recompute)
-                               : backward(sink, layer, st, grad, micro == 0);
+        grad = s.checkpointing ? backward(sink, layer, st, grad, wg, recompute) : backward(sink, layer, st, grad, wg);
         if (micro == 0) layer_grads[sink.slot(rest - 1 - k)] = st.weight_grads;
       });
       if (first_differs) {
-        grad = backward(sink, first, state0, grad, micro == 0);
+        grad = backward(sink, first, state0, grad, wg);
         if (micro == 0) grads0 = state0.weight_grads;
       }
       free_shared(true);
-      grad = backward(sink, emb, e, grad, micro == 0);
-      for (int g : e.weight_grads) outer_grads.push_back(g);
-      if (s.tied_embeddings && s.layer.full && micro == 0 && !h.weight_grads.empty()) {
+      grad = backward(sink, emb, e, grad, wg);
+      if (micro == 0)
+        for (int g : e.weight_grads) outer_grads.push_back(g);
+      if (tied && !h.weight_grads.empty()) {
         // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
         // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
-        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h])
+        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h]); the sum
+        // becomes the .grad in the first micro-batch and is added into it in a later one
         const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
         const int dense = sink.alloc(vh, "embed.weight_grad");
         const int sum = sink.alloc(vh, "tied_weight_grad");
         sink.free(dense);
-        auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
-        sink.free(*head_grad);
-        *head_grad = sum;
+        if (micro == 0) {
+          auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
+          sink.free(*head_grad);
+          *head_grad = sum;
+        } else {
+          sink.free(h.weight_grads.front());
+          sink.free(sum);
+        }
       }
       sink.free(grad);
       sink.free(ids);
@@ -610,6 +650,10 @@ StepLists step_lists(const StepSetup& s) {
   if (s.tied_embeddings)
     for (TensorOp& t : l.embedding)
       if (t.name == "embed.out") t.weight = kNone;
+  // LoRA: the embeddings are frozen (PEFT trains only the adapters), so their backward makes no
+  // weight gradient
+  if (!s.layer.full)
+    for (TensorOp& t : l.embedding) t.weight = kNone, t.bias = kNone;
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
   l.first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
@@ -652,6 +696,10 @@ struct FamilyRow {
   /// the lists cap the scores and the logits (Gemma2); a model that caps them is not covered
   /// by lists that do not
   bool softcapping = false;
+  /// checkpointing with gradient accumulation is described (false: a later micro-batch's forward,
+  /// run beside every kept gradient, is the step's peak, and the family's checkpointed forward is
+  /// not described tensor by tensor)
+  bool accumulation_checkpointed = true;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -685,8 +733,14 @@ constexpr FamilyRow kFamilies[] = {
     {"stablelm", &kStableLmLists, nullptr, &complete_layernorm_setup, false, true, true},
     {"gpt2", &kGpt2Lists, nullptr, &complete_layernorm_setup, false, true, true, true, true},
     {"bloom", &kBloomLists, nullptr, &complete_layernorm_setup, false, true, true},
-    // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B)
-    {"gptj", &kGptjLists, nullptr, &complete_gptj_setup, false, true},
+    // GPT-J: the lists model no dropout (attn / resid / embd_pdrop are 0 in GPTJConfig and GPT-J-6B).
+    // Checkpointing with accumulation: GPTJBlock returns its attention weights, which the model loop
+    // holds through the next block's forward, and a checkpointed forward frees what autograd would
+    // have saved at its last use; the lists have neither (the first alone read +7.35 % on tuning case
+    // gptj/h128-L2-V2048/full/fp32/gc/eager/b2s512/adamw/gas2, whose peak is micro-batch 2's forward at
+    // the scores' division: the previous block's softmax, the scores and their quotient)
+    {.family = "gptj", .lists = &kGptjLists, .edits = nullptr, .complete = &complete_gptj_setup,
+     .all_linear_lora_only = true, .accumulation_checkpointed = false},
     // CodeGen: LoRA on every Linear only (the lists name no qkv_proj-only variant: the request's
     // q/v targets do not reach it); no dropout modelled (GPT-J's reason)
     {"codegen", &kCodeGenLists, nullptr, &complete_codegen_setup, false, true},
@@ -758,6 +812,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
   if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
   if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row->softcapping) return std::nullopt;
+  if (r.gradient_checkpointing && r.gradient_accumulation_steps > 1 && !row->accumulation_checkpointed)
+    return std::nullopt;
   // LoRA dropout keeps a dropped copy of every adapted Linear's input (peft lora/layer.py); the
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
   if (r.task == Task::Lora && r.lora.dropout > 0) return std::nullopt;
@@ -780,6 +836,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.window_mask = window_mask;
   s.layer.autocast = amp;
   s.layer.one_sequence = r.micro_batch_size == 1;
+  s.layer.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
   s.layer.family = row->edits;
   s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
             g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
