@@ -48,16 +48,20 @@ Request request_of(json req) {
   return parse_request(req, &lookup);
 }
 
-/// The case lines of a measurement record that carry a CPU allocation trace.
+/// The case lines that carry a CPU allocation trace: cpu-traces.jsonl (every family's full
+/// fp32 / bf16 cases and llama's variants) and cpu-traces-schedule.jsonl (every other one-shape
+/// suite case the schedule covers).
 std::map<std::string, std::pair<json, std::vector<std::int64_t>>> traced_cases() {
-  std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/cpu-traces.jsonl");
   std::map<std::string, std::pair<json, std::vector<std::int64_t>>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const json j = json::parse(line);
-    if (j.contains("measured") && j["measured"].contains("allocation_trace"))
-      out[j["name"]] = {j["request"], j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>()};
+  for (const char* file : {"cpu-traces.jsonl", "cpu-traces-schedule.jsonl"}) {
+    std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + file);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const json j = json::parse(line);
+      if (j.contains("measured") && j["measured"].contains("allocation_trace"))
+        out[j["name"]] = {j["request"], j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>()};
+    }
   }
   return out;
 }
