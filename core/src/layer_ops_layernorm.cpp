@@ -697,7 +697,7 @@ OpList layernorm_head(const LayerSetup& s) {
   if (s.half && s.logits_fp32_in_model) find_mut(l, "logits")->dies_after = "loss.logits_fp32";
   if (s.half)
     l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false,
-                 s.logits_fp32_in_model ? "loss" : "", shape(Sym::T, Sym::V)});
+                 "loss", shape(Sym::T, Sym::V)});
   l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
   l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
                shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
@@ -1041,6 +1041,7 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
   std::vector<ParamTensor>& ow = s.outer_weights;
   ow.push_back({mul(m.embedding_params, bytes), full});
   if (m.position_params > 0) ow.push_back({mul(m.position_params, bytes), full});
+  s.leading_outer = ow.size();  // the embeddings come before the layers
   split_params(ow, m.other_params, m.hidden, bytes, full);
   // registered buffers the modules keep on the device (GPTBigCode's [n_pos, n_pos] causal mask, ...)
   if (m.buffer_bytes > 0) ow.push_back({m.buffer_bytes, false});

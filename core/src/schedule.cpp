@@ -438,14 +438,17 @@ void run(Sink& sink, const StepSetup& s) {
   });
   const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
-  // weights: the embedding, the layers, the final norm and head (module order), then the adapters
-  for (const ParamTensor& t : op) sink.alloc(t.bytes, "parameter");
+  // weights in module order: the embeddings, the layers (adapters after each layer's own), the
+  // final norm and the head (the optimizer walks them in the same order)
+  const size_t lead = std::min(s.leading_outer, op.size());
+  for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, "parameter");
   sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, "parameter"); });
+  for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, "parameter");
   const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
   std::vector<ListState> states(rest);
   ListState state0;
   std::vector<std::vector<int>> layer_grads(rest);
-  std::vector<int> outer_grads, outer_state, grads0;
+  std::vector<int> outer_grads, grads0;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
       const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), "input_ids");  // input_ids (labels: the same tensor)
@@ -529,16 +532,28 @@ void run(Sink& sink, const StepSetup& s) {
         if (t.trained) b.push_back(t.bytes);
       return b;
     };
-    const std::vector<u64> tl = trained(lp), to = trained(op);
+    const std::vector<u64> tl = trained(lp), to_lead = trained({op.begin(), op.begin() + static_cast<std::ptrdiff_t>(lead)}),
+                           to = trained({op.begin() + static_cast<std::ptrdiff_t>(lead), op.end()});
     if (step == 0) {
-      for (u64 b : to) outer_state.push_back(sink.alloc(b, "optimizer_state")), outer_state.push_back(sink.alloc(b, "optimizer_state"));
-      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state"); });
+      // per parameter, in the order the optimizer walks them (module order): the step counter, then
+      // exp_avg and exp_avg_sq (torch/optim/adam.py _init_group). The counter is a 0-d fp32 tensor on
+      // the parameter's device with fused=True; foreach without capturable keeps it on the CPU
+      // ("special device hosting for step"), off the GPU.
+      const u64 counter = s.optimizer == StepOptimizer::AdamWFused ? 4 : 0;
+      auto state = [&](u64 b) {
+        sink.alloc(counter, "optimizer_step");
+        sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state");
+      };
+      for (u64 b : to_lead) state(b);
+      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) state(b); });
+      for (u64 b : to) state(b);
     }
     if (s.optimizer == StepOptimizer::AdamWForeach) {
       std::vector<int> tmp;
-      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
+      for (u64 b : to_lead) tmp.push_back(sink.alloc(b, "optimizer_temp"));
       std::vector<std::vector<int>> ltmp(s.layers);
       sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, "optimizer_temp")); });
+      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
       for (int t : tmp) sink.free(t);
       sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
     }

@@ -49,6 +49,10 @@ struct StepSetup {
   /// Parameter tensors in module order: of one decoder layer (LoRA adapters after the layer's
   /// own), and outside the layers. Empty: the Llama layout computed from the dims.
   std::vector<ParamTensor> layer_weights, outer_weights;
+  /// How many of the outer parameter tensors come before the decoder layers in module order (the
+  /// embeddings; the final norm and the head come after): the order the model creates its
+  /// parameters in and the optimizer walks them.
+  size_t leading_outer = 1;
   /// The Linears of one layer as the model file has them (in, out, bias, a LoRA target), from the
   /// ModelSpec; empty: the Llama layout of `dims` (tests).
   struct LayerLinear {
