@@ -799,11 +799,15 @@ const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernor
                                 &edit_layernorm_input_needs_no_grad};
 /// OPTDecoder [O]: embed_tokens and the learned positions (OPTLearnedPositionalEmbedding) stay
 /// alive as the decoder's locals until it returns; their sum is the first layer's input; eager
-/// attention reads one [b, 1, s, s] mask built for all layers.
+/// attention reads one [b, 1, s, s] mask built for all layers (under checkpointing each checkpoint
+/// keeps it until its backward: the tracker's trace of opt/h128-L2-V1024/full/bf16/gc/eager/b4s512
+/// holds it at the peak in the backward, as the Llama lists have it).
 OpList opt_embedding(const LayerSetup& s) {
   OpList l;
-  if (s.eager)
+  if (s.eager) {
     l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
   l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
