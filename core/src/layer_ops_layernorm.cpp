@@ -880,7 +880,15 @@ const FamilyLists kGptjLists{&gptj_layer, &falcon_embedding, &layernorm_head, &e
 const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
-const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
+/// GPT2Model's embedding; under checkpointing each checkpoint keeps the eager mask until its
+/// backward (tuning case gpt2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw holds it at the peak).
+OpList gpt2_checkpointed_mask_embedding(const LayerSetup& s) {
+  OpList l = gpt2_embedding(s);
+  if (TensorOp* m = find_mut(l, "causal_mask")) m->checkpoint_input = true;
+  return l;
+}
+const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_checkpointed_mask_embedding, &layernorm_head,
+                             &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_embedding, &layernorm_head,
                                    &edit_layernorm_input_needs_no_grad};
 const FamilyLists kOptLists{&opt_layer, &opt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
