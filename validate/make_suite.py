@@ -237,6 +237,14 @@ def pattern_cases():
                attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=512),
         shaped("codegen", "codegen/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd", 2, 2, 1024, attention="eager",
                gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=384),
+        # bf16 eager attention at long sequences: softmax(dtype=float32) casts the half scores to fp32
+        # and its backward makes two fp32 [b, heads, s, s] gradients; checkpointing keeps OPT's mask
+        shaped("opt", "opt/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=4, sequence_length=512),
+        shaped("qwen2", "qwen2/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("gpt2", "gpt2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=4, sequence_length=512),
         # bf16 full training with checkpointing and accumulation, plain SGD
         shaped("qwen2", "qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2", 3, 3, 2048, precision="bf16",
                attention="sdpa", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1,

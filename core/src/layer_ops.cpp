@@ -401,8 +401,9 @@ OpList head_and_loss(const LayerSetup& s) {
   l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   // ForCausalLMLoss upcasts the logits (.float()), shifts the labels, cross_entropy =
-  // log_softmax (saves its result [D]) + nll_loss
-  if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, {}, shape(Sym::T, Sym::V)});
+  // log_softmax (saves its result [D]) + nll_loss; its local `logits` holds the fp32 copy until it
+  // returns the loss (transformers loss/loss_utils.py; the tracker's traces free it after nll_loss)
+  if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, "loss", shape(Sym::T, Sym::V)});
   l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
   l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
                shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});

@@ -783,7 +783,7 @@ OpList layernorm_head(const LayerSetup& s) {
   if (s.half && s.logits_fp32_in_model) find_mut(l, "logits")->dies_after = "loss.logits_fp32";
   if (s.half)
     l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false,
-                 s.logits_fp32_in_model ? "loss" : "", shape(Sym::T, Sym::V)});
+                 "loss", shape(Sym::T, Sym::V)});
   l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
   l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
                shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
@@ -892,11 +892,15 @@ const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernor
                                 &edit_layernorm_input_needs_no_grad};
 /// OPTDecoder [O]: embed_tokens and the learned positions (OPTLearnedPositionalEmbedding) stay
 /// alive as the decoder's locals until it returns; their sum is the first layer's input; eager
-/// attention reads one [b, 1, s, s] mask built for all layers.
+/// attention reads one [b, 1, s, s] mask built for all layers (under checkpointing each checkpoint
+/// keeps it until its backward: the tracker's trace of opt/h128-L2-V1024/full/bf16/gc/eager/b4s512
+/// holds it at the peak in the backward, as the Llama lists have it).
 OpList opt_embedding(const LayerSetup& s) {
   OpList l;
-  if (s.eager)
+  if (s.eager) {
     l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
   l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
@@ -971,7 +975,15 @@ const FamilyLists kCodeGenLists{&codegen_layer, &codegen_embedding, &layernorm_h
 const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
-const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
+/// GPT2Model's embedding; under checkpointing each checkpoint keeps the eager mask until its
+/// backward (tuning case gpt2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw holds it at the peak).
+OpList gpt2_checkpointed_mask_embedding(const LayerSetup& s) {
+  OpList l = gpt2_embedding(s);
+  if (TensorOp* m = find_mut(l, "causal_mask")) m->checkpoint_input = true;
+  return l;
+}
+const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_checkpointed_mask_embedding, &layernorm_head,
+                             &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_embedding, &layernorm_head,
                                    &edit_layernorm_input_needs_no_grad};
 const FamilyLists kOptLists{&opt_layer, &opt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
@@ -1136,6 +1148,7 @@ void complete_layernorm_setup(const Request& r, StepSetup& s) {
   std::vector<ParamTensor>& ow = s.outer_weights;
   ow.push_back({mul(m.embedding_params, bytes), full});
   if (m.position_params > 0) ow.push_back({mul(m.position_params, bytes), full});
+  s.leading_outer = ow.size();  // the embeddings come before the layers
   split_params(ow, m.other_params, m.hidden, bytes, full);
   // registered buffers the modules keep on the device (GPTBigCode's [n_pos, n_pos] causal mask, ...)
   if (m.buffer_bytes > 0) ow.push_back({m.buffer_bytes, false});

@@ -469,14 +469,17 @@ void run(Sink& sink, const StepSetup& s) {
   for (size_t i = 0; i < head_l.size(); ++i)
     if (!head_l[i].weight.empty && head.weight_bytes[i] == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
   const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
-  // weights: the embedding, the layers, the final norm and head (module order), then the adapters
-  for (const ParamTensor& t : op) sink.alloc(t.bytes, "parameter");
+  // weights in module order: the embeddings, the layers (adapters after each layer's own), the
+  // final norm and the head (the optimizer walks them in the same order)
+  const size_t lead = std::min(s.leading_outer, op.size());
+  for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, "parameter");
   sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, "parameter"); });
+  for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, "parameter");
   const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
   std::vector<ListState> states(rest);
   ListState state0;
   std::vector<std::vector<int>> layer_grads(rest);
-  std::vector<int> outer_grads, outer_state, grads0;
+  std::vector<int> outer_grads, grads0;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
       const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), "input_ids");  // input_ids (labels: the same tensor)
@@ -569,16 +572,28 @@ void run(Sink& sink, const StepSetup& s) {
         if (t.trained) b.push_back(t.bytes);
       return b;
     };
-    const std::vector<u64> tl = trained(lp), to = trained(op);
+    const std::vector<u64> tl = trained(lp), to_lead = trained({op.begin(), op.begin() + static_cast<std::ptrdiff_t>(lead)}),
+                           to = trained({op.begin() + static_cast<std::ptrdiff_t>(lead), op.end()});
     if (step == 0) {
-      for (u64 b : to) outer_state.push_back(sink.alloc(b, "optimizer_state")), outer_state.push_back(sink.alloc(b, "optimizer_state"));
-      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state"); });
+      // per parameter, in the order the optimizer walks them (module order): the step counter, then
+      // exp_avg and exp_avg_sq (torch/optim/adam.py _init_group). The counter is a 0-d fp32 tensor on
+      // the parameter's device with fused=True; foreach without capturable keeps it on the CPU
+      // ("special device hosting for step"), off the GPU.
+      const u64 counter = s.optimizer == StepOptimizer::AdamWFused ? 4 : 0;
+      auto state = [&](u64 b) {
+        sink.alloc(counter, "optimizer_step");
+        sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state");
+      };
+      for (u64 b : to_lead) state(b);
+      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) state(b); });
+      for (u64 b : to) state(b);
     }
     if (s.optimizer == StepOptimizer::AdamWForeach) {
       std::vector<int> tmp;
-      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
+      for (u64 b : to_lead) tmp.push_back(sink.alloc(b, "optimizer_temp"));
       std::vector<std::vector<int>> ltmp(s.layers);
       sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, "optimizer_temp")); });
+      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
       for (int t : tmp) sink.free(t);
       sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
     }
@@ -641,10 +656,32 @@ bool runtime_modelled(const Runtime& rt) {
          !rt.compile;
 }
 
+/// F.softmax(x, dim, dtype=torch.float32) of half scores (eager attention: a list's fp32
+/// "attn.softmax" after a half entry, "attn.probs_half" its copy back to the model dtype). aten's
+/// softmax casts x to fp32 first, a copy that dies once the softmax is made, except fp16 on CUDA,
+/// which runs _softmax(x, half_to_float=true) (aten/src/ATen/native/SoftMax.cpp, softmax). Backward:
+/// the copy back hands the softmax an fp32 gradient; _softmax_backward_data's is fp32 too (the
+/// cast's backward turns it back to half), half with half_to_float. The tracker's trace of
+/// opt/full/bf16/gc/eager at b4 s512 holds the three fp32 [b, heads, s, s] tensors (the softmax,
+/// its output's gradient, its input's) at once in the softmax's backward, its peak (tuning cases
+/// opt/ and qwen2/h128-L2-V1024/full/bf16/gc/eager/b*s512/adamw: -30 % and -26 % without them).
+void fp32_softmax_of_half(OpList& l, bool half_to_float) {
+  const auto sm = std::find_if(l.begin(), l.end(), [](const TensorOp& t) { return t.name == "attn.softmax"; });
+  const auto half = std::find_if(l.begin(), l.end(), [](const TensorOp& t) { return t.name == "attn.probs_half"; });
+  if (sm == l.end() || half == l.end() || sm == l.begin() || sm->dtype != Dt::F32 || std::prev(sm)->dtype == Dt::F32)
+    return;
+  half->grad_input = sm->shape, half->grad_dtype = Dt::F32;
+  if (half_to_float) return;
+  sm->grad_dtype = Dt::F32;
+  const TensorOp cast{"attn.scores_f32", "_to_copy", sm->shape, Dt::F32, false, {}, sm->shape};
+  l.insert(sm, cast);
+}
+
 }  // namespace
 
 StepLists step_lists(const StepSetup& s) {
   StepLists l{s.lists->embedding(s.layer), {}, s.lists->layer(s.layer), s.lists->head(s.layer), false};
+  fp32_softmax_of_half(l.layer, s.softmax_half_to_float);
   // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
   // backward accumulates into it in place
   if (s.tied_embeddings)
@@ -864,6 +901,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
+  s.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
   s.lists = row->lists;
   if (row->complete) row->complete(r, s);
   return s;

@@ -42,6 +42,7 @@ struct StepSetup {
   u64 steps = 2;                 ///< the validator measures two steps (optimizer state appears in the first)
   u64 accumulation = 1;          ///< micro-batches per step
   bool round_512 = false;        ///< CUDA: every block is a multiple of 512 B
+  bool softmax_half_to_float = false;  ///< fp16 on CUDA: softmax(dtype=float32) casts nothing (step_lists)
   /// CUDA: buffers the first matmul allocates through the caching allocator and keeps (the
   /// cuBLAS and cuBLASLt workspaces); step_setup leaves it empty, the estimator fills it.
   std::vector<u64> workspaces;
@@ -49,6 +50,10 @@ struct StepSetup {
   /// Parameter tensors in module order: of one decoder layer (LoRA adapters after the layer's
   /// own), and outside the layers. Empty: the Llama layout computed from the dims.
   std::vector<ParamTensor> layer_weights, outer_weights;
+  /// How many of the outer parameter tensors come before the decoder layers in module order (the
+  /// embeddings; the final norm and the head come after): the order the model creates its
+  /// parameters in and the optimizer walks them.
+  size_t leading_outer = 1;
   /// The Linears of one layer as the model file has them (in, out, bias, a LoRA target), from the
   /// ModelSpec; empty: the Llama layout of `dims` (tests).
   struct LayerLinear {
