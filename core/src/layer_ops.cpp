@@ -172,7 +172,10 @@ void edit_half_precision(OpList& l, bool softmax_half_to_float) {
 void edit_softmax_of_half_scores(OpList& l, bool half_to_float) {
   TensorOp* sm = find_mut(l, "attn.softmax");
   TensorOp* probs = find_mut(l, "attn.probs_half");
-  if (!sm || !probs) return;
+  // (only an fp32 softmax of half scores; once: the entry before it is then the fp32 copy)
+  if (!sm || !probs || sm->dtype != Dt::F32 || position(l, "attn.softmax") == l.begin() ||
+      std::prev(position(l, "attn.softmax"))->dtype == Dt::F32)
+    return;
   // the cast back's backward casts the half gradient of the probabilities to fp32
   probs->grad_input = sm->shape;
   probs->grad_dtype = Dt::F32;

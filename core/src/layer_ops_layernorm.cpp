@@ -168,13 +168,12 @@ void insert_qk_copies(OpList& l, std::string_view k_name = "attn.k_copy", Shape 
 /// and the input conversion's backward casts the result back to the half dtype [D: _to_copy]
 /// (peak dump of tuning case phi/h256-L2-V1024/full/bf16/gc/eager/b1s512/adamw: three fp32
 /// [b, heads, s, s] at _softmax_backward_data, the softmax output, the cast's gradient and its own).
-void fp32_softmax_of_half(OpList& l) {
+void fp32_softmax_of_half(OpList& l, bool half_to_float) {
   find_mut(l, "attn.masked")->dies_after = "attn.probs_half";
-  l.insert(position(l, "attn.softmax"), {"attn.masked_f32", "_to_copy", SS, Dt::F32, false, {}, SS});
-  find_mut(l, "attn.softmax")->grad_dtype = Dt::F32;
   TensorOp probs{"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32};
   probs.released_by = "attn.pv";
   l.insert(position(l, "attn.softmax") + 1, probs);
+  edit_softmax_of_half_scores(l, half_to_float);
 }
 
 }  // namespace
@@ -208,7 +207,7 @@ OpList phi_layer(const LayerSetup& s) {
   l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "v_proj.out", "dense.out");
-  if (s.half && s.eager) fp32_softmax_of_half(l);
+  if (s.half && s.eager) fp32_softmax_of_half(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -474,9 +473,8 @@ OpList bloom_layer(const LayerSetup& s) {
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
                "attn.residual"});
   if (s.half) find_mut(l, "attn.probs_half")->dies_after = {}, find_mut(l, "attn.softmax")->dies_after = {};
-  // softmax(dtype=float32) of the half scores: an fp32 copy of them (data/measurements/cpu-tensors.jsonl:
-  // bloom/full/bf16/gc/eager's _to_copy [2, 4, 64, 64] float32, dying in the forward) [M]
-  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
+  // (softmax(dtype=float32) of the half scores makes an fp32 copy of them: step_lists' edit;
+  // data/measurements/cpu-tensors.jsonl: bloom/full/bf16/gc/eager's _to_copy [2, 4, 64, 64] float32) [M]
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }

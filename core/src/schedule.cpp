@@ -656,32 +656,17 @@ bool runtime_modelled(const Runtime& rt) {
          !rt.compile;
 }
 
-/// F.softmax(x, dim, dtype=torch.float32) of half scores (eager attention: a list's fp32
-/// "attn.softmax" after a half entry, "attn.probs_half" its copy back to the model dtype). aten's
-/// softmax casts x to fp32 first, a copy that dies once the softmax is made, except fp16 on CUDA,
-/// which runs _softmax(x, half_to_float=true) (aten/src/ATen/native/SoftMax.cpp, softmax). Backward:
-/// the copy back hands the softmax an fp32 gradient; _softmax_backward_data's is fp32 too (the
-/// cast's backward turns it back to half), half with half_to_float. The tracker's trace of
-/// opt/full/bf16/gc/eager at b4 s512 holds the three fp32 [b, heads, s, s] tensors (the softmax,
-/// its output's gradient, its input's) at once in the softmax's backward, its peak (tuning cases
-/// opt/ and qwen2/h128-L2-V1024/full/bf16/gc/eager/b*s512/adamw: -30 % and -26 % without them).
-void fp32_softmax_of_half(OpList& l, bool half_to_float) {
-  const auto sm = std::find_if(l.begin(), l.end(), [](const TensorOp& t) { return t.name == "attn.softmax"; });
-  const auto half = std::find_if(l.begin(), l.end(), [](const TensorOp& t) { return t.name == "attn.probs_half"; });
-  if (sm == l.end() || half == l.end() || sm == l.begin() || sm->dtype != Dt::F32 || std::prev(sm)->dtype == Dt::F32)
-    return;
-  half->grad_input = sm->shape, half->grad_dtype = Dt::F32;
-  if (half_to_float) return;
-  sm->grad_dtype = Dt::F32;
-  const TensorOp cast{"attn.scores_f32", "_to_copy", sm->shape, Dt::F32, false, {}, sm->shape};
-  l.insert(sm, cast);
-}
 
 }  // namespace
 
 StepLists step_lists(const StepSetup& s) {
   StepLists l{s.lists->embedding(s.layer), {}, s.lists->layer(s.layer), s.lists->head(s.layer), false};
-  fp32_softmax_of_half(l.layer, s.softmax_half_to_float);
+  // F.softmax(x, dtype=torch.float32) of half scores, in any family's eager list that casts the
+  // probabilities back ("attn.probs_half"): aten copies x to fp32 first (edit_softmax_of_half_scores;
+  // the tracker's trace of tuning case opt/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw holds the
+  // softmax, its output's gradient and its input's, three fp32 [b, heads, s, s], at its peak; it and
+  // qwen2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw read -30 % and -26 % without them)
+  edit_softmax_of_half_scores(l.layer, s.layer.softmax_half_to_float);
   // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
   // backward accumulates into it in place
   if (s.tied_embeddings)
@@ -901,7 +886,6 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
-  s.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
   s.lists = row->lists;
   if (row->complete) row->complete(r, s);
   return s;

@@ -42,7 +42,6 @@ struct StepSetup {
   u64 steps = 2;                 ///< the validator measures two steps (optimizer state appears in the first)
   u64 accumulation = 1;          ///< micro-batches per step
   bool round_512 = false;        ///< CUDA: every block is a multiple of 512 B
-  bool softmax_half_to_float = false;  ///< fp16 on CUDA: softmax(dtype=float32) casts nothing (step_lists)
   /// CUDA: buffers the first matmul allocates through the caching allocator and keeps (the
   /// cuBLAS and cuBLASLt workspaces); step_setup leaves it empty, the estimator fills it.
   std::vector<u64> workspaces;
