@@ -596,6 +596,12 @@ def pattern_cases():
                gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
         shaped("gptj", "gptj/h128-L2-V2048/full/fp32/gc/eager/b2s512/adamw/gas2", 1, 2, 2048, attention="eager",
                gradient_checkpointing=True, micro_batch_size=2, sequence_length=512, gradient_accumulation_steps=2),
+        # Qwen2-MoE's shared expert runs before the routed experts, so its backward runs last, beside
+        # the routed stacks' gradients (holdout 6's qwen2_moe full bf16 gc pattern)
+        shaped("qwen2_moe", "qwen2_moe/h256-L3-V2048/full/fp32/gc/eager/b4s64/sgd", 2, 3, 2048, attention="eager",
+               gradient_checkpointing=True, optimizer="sgd", micro_batch_size=4, sequence_length=64),
+        shaped("qwen2_moe", "qwen2_moe/h256-L2-V1024/full/bf16/gc/eager/b2s64/sgd", 2, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=64),
     ]
 
 

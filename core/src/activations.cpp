@@ -81,7 +81,9 @@ u64 activation_saves(const std::string& act) {
 // - rotary_by_cat: Phi, Phi-3, StableLM and GPT-NeoX concatenate the rotary and pass-through parts.
 // - block_keeps_attn_output: GPT2Block / GPTBigCodeBlock.
 // - fp32_router, fp32_route_weights, sigmoid_gated_shared_expert: DeepSeek-V3's fp32 router,
-//   Mixtral's fp32 softmax weights, Qwen2-MoE's gated shared expert.
+//   Mixtral's fp32 softmax weights, Qwen2-MoE's gated shared expert. shared_expert_first:
+//   Qwen2MoeSparseMoeBlock.forward calls shared_expert before the router and the experts
+//   (DeepSeek-V3 adds its shared experts after the routed ones).
 // - Falcon's rotary path (no alibi) holds its scores and fused q/k/v output as locals and builds a
 //   per-layer mask; its alibi path is not measured, so its row has only what both paths share.
 //   BLOOM (alibi by baddbmm) holds its raw and masked scores and the fused output, and normalises
@@ -113,7 +115,7 @@ constexpr FamilyActivations kFamilyActivations[] = {
     {.family = "olmo2", .qk_norm_full_width = true},
     {.family = "deepseek_v3", .fp32_router = true, .fp32_route_weights = true},
     {.family = "mixtral", .fp32_route_weights = true},
-    {.family = "qwen2_moe", .sigmoid_gated_shared_expert = true},
+    {.family = "qwen2_moe", .sigmoid_gated_shared_expert = true, .shared_expert_first = true},
 };
 // clang-format on
 constexpr FamilyActivations kLlamaLike{};
@@ -717,6 +719,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
   u64 merged_grad = 0;      // PEFT-parametrised experts: the worst merged-weight gradient moment (below)
+  u64 shared_expert_bwd = 0;  // a shared expert run first: its act * up backward node (below)
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
   u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
   bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
@@ -817,7 +820,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
     const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
                                                   : add(add(mul(3, 8), mul(xp, wi, add(2, gate_saves))), add(route_w, mul(xp, h)));
-    keep(mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0)));
+    const u64 routed_kept = mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0));
+    keep(routed_kept);
+    // A shared expert that runs first has its backward last: at its act * up node the routed
+    // experts' saved tensors and its down_proj input are released, and dm, d(act), d(up) [T, i]
+    // are alive beside the incoming gradient (measured, peak dump of tuning case
+    // qwen2_moe/h256-L3-V2048/full/fp32/gc/eager/b4s64/sgd at layer 0's mul: six fp32 [256, 1408]
+    // (gate and up outputs, silu's, dm and the two products' gradients) next to the routed stacks',
+    // the router's and the shared down_proj's gradients; the weight gradients are estimate.cpp's)
+    if (g.shared_intermediate > 0 && fam.shared_expert_first)
+      shared_expert_bwd = mul(tokens, sub_floor(add(mul(d.residual, h), mul(3, p, g.shared_intermediate)),
+                                                add(routed_kept, mul(p, g.shared_intermediate))));
     if (g.shared_intermediate > 0) {
       // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
       keep(mlp(g.shared_intermediate, 1));
@@ -995,6 +1008,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // weighting mul's gradient of the down output (allocated by the autograd engine, no
     // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
     out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
+    out.shared_expert_backward = shared_expert_bwd;
     mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
     mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
     // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient

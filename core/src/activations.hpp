@@ -45,6 +45,7 @@ struct FamilyActivations {
   bool fp32_router = false;              ///< MoE router scores in fp32
   bool fp32_route_weights = false;       ///< MoE routing weights stay fp32
   bool sigmoid_gated_shared_expert = false;  ///< the shared expert's output is gated by a sigmoid
+  bool shared_expert_first = false;      ///< the shared expert runs before the router and routed experts
   bool scores_locals = false;            ///< eager attention holds raw, masked and softmaxed scores at once
   bool scores_locals_fp32 = false;       ///< the same, counted here in fp32 only (half: the upcast rule)
   bool per_layer_mask = false;           ///< a causal model builds the mask in each layer
@@ -83,6 +84,10 @@ struct LayerActivations {
                                          ///< gradient made, its saved tensors not yet released)
   u64 moe_backward_start = 0;            ///< MoE block: extra live at its first backward nodes (the
                                          ///< weighted slot sum, the gathers), before any weight gradient
+  /// A shared expert run before the routed experts (Qwen2-MoE): its backward comes last in the block,
+  /// after the routed experts have released what they saved; extra live at its act * up node
+  /// beyond what the layer saves (its three [T, i] gradients and the incoming one); 0: no such moment
+  u64 shared_expert_backward = 0;
   u64 moe_weight_grad_moment = 0;        ///< trained fused experts: extra live at gate_up's weight gradient
                                          ///< (the new [E, h, 2i] stack gradient; the layer's own .grad not included)
   u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off

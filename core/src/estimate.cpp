@@ -107,7 +107,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
 
   struct Run {
     u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads, mlp_at_down,
-        moe_wgrad, moe_down_grad;
+        moe_wgrad, moe_down_grad, shared_bwd, shared_grad;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -125,7 +125,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       la.forward_transient = la.recompute_transient = la.inference_transient;
       la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
       la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
-      la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = 0;
+      la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = la.shared_expert_backward = 0;
     }
     const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
@@ -146,7 +146,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
     // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
     // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
-    u64 down_grad = 0, late_grad = 0, moe_down_grad = 0;
+    u64 down_grad = 0, late_grad = 0, moe_down_grad = 0, shared_grad = 0;
     // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
     // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
     // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
@@ -175,6 +175,15 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       if (!post_ff_norm && !moe) down_grad = scale(grads_base, down_t, total_t);
       // trained fused experts: the down stack's gradient at gate_up's weight-gradient moment
       if (moe) moe_down_grad = scale(grads_base, routed_down_t, total_t);
+      // a shared expert whose backward runs last (activations.cpp shared_expert_backward): by then
+      // the routed stacks, the router, the shared gate and the shared down_proj have their gradients
+      if (moe && la.shared_expert_backward > 0) {
+        u64 before_t = 0;
+        for (const Linear& lin : m.groups[i].linears)
+          if (lin.routed || lin.input == LinearInput::MlpHidden || lin.name == "gate" || lin.name == "shared_expert_gate")
+            before_t = add(before_t, lin.params());
+        shared_grad = scale(grads_base, before_t, total_t);
+      }
       // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
       // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
       // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
@@ -231,7 +240,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     }
     runs.push_back({count, kept, la.recomputed, la.backward_transient, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
                     la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down,
-                    la.moe_weight_grad_moment, moe_down_grad});
+                    la.moe_weight_grad_moment, moe_down_grad, la.shared_expert_backward, shared_grad});
     A = add(A, mul(count, kept));
     ctx_graph = add(ctx_graph, mul(count, mul(in_flight, la.checkpoint_ctx_held)));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
@@ -475,9 +484,10 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // (trained fused experts: also gate_up's weight-gradient moment, activations.cpp; with
       // gradients kept the down stack's is accumulated by then)
       const u64 bwd_t = grads_grow ? std::max({add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released),
-                                             g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0})
+                                             g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0,
+                                             g.shared_bwd > 0 ? add(g.shared_bwd, g.shared_grad) : 0})
                                    : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released),
-                                               g.moe_wgrad});
+                                               g.moe_wgrad, g.shared_bwd});
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
       p.parts["temporary_buffers"] = add(layer_t, role.head ? head_waiting : 0);
