@@ -48,6 +48,7 @@ LATER_HOLDOUTS = [
     (4, 20261128, 160, "after the third holdout set's misses were fixed"),
     (5, 20261129, 160, "after the fourth holdout set's miss was fixed"),
     (6, 20261130, 160, "after the fifth holdout set's Falcon miss was fixed"),
+    (7, 20261131, 160, "after the sixth holdout set's Qwen2-MoE miss was fixed"),
 ]
 
 
