@@ -181,38 +181,38 @@ Request request_of(const Record& r) {
   return parse_request(req, &lookup);
 }
 
+/// The suite's cases the lists cover, with their setups: cpu-suite-full.jsonl and the families
+/// measured apart (gpt-oss, Llama 4 text; Gemma3, SmolLM3, OLMo-2).
+std::vector<std::pair<Record, StepSetup>> covered_suite_records() {
+  std::vector<std::pair<Record, StepSetup>> out;
+  for (const char* file : {"cpu-suite-full.jsonl", "cpu-suite-families.jsonl"})
+    for (Record& r : records(file))
+      if (const auto s = step_setup(request_of(r))) out.emplace_back(std::move(r), *s);
+  return out;
+}
+
 }  // namespace
 
 // The gate: the schedule's peak within 2 % of every CPU measurement it covers
 // (nothing here was fitted on these records: the lists follow derivatives.yaml and the modeling files).
 TEST_CASE("the schedule's allocated peak is within 2 % of every covered CPU suite measurement") {
-  int covered = 0;
-  // the suite's cases: cpu-suite-full.jsonl, and the families measured apart (gpt-oss, Llama 4
-  // text; Gemma3, SmolLM3, OLMo-2)
-  for (const char* file : {"cpu-suite-full.jsonl", "cpu-suite-families.jsonl"})
-    for (const Record& r : records(file)) {
-      const auto s = step_setup(request_of(r));
-      if (!s) continue;
-      ++covered;
-      INFO(r.name << ": measured " << r.measured << ", schedule " << peak_allocated(*s));
-      CHECK(std::abs(pct(double(peak_allocated(*s)), double(r.measured))) <= 2.0);
-    }
-  CHECK(covered >= 50);  // llama, mistral, qwen2 x full/LoRA x fp32/bf16 x gc x eager/sdpa
+  const auto covered = covered_suite_records();
+  for (const auto& [r, s] : covered) {
+    INFO(r.name << ": measured " << r.measured << ", schedule " << peak_allocated(s));
+    CHECK(std::abs(pct(double(peak_allocated(s)), double(r.measured))) <= 2.0);
+  }
+  CHECK(covered.size() >= 300);
 }
 
 // The peak sink's per-layer extrapolation against the full trace, on every covered suite case (every
 // family's lists, as the suite's configs reach them)
 TEST_CASE("the periodic shortcut equals the full trace on every covered suite case") {
-  int covered = 0;
-  for (const char* file : {"cpu-suite-full.jsonl", "cpu-suite-families.jsonl"})
-    for (const Record& r : records(file)) {
-      const auto s = step_setup(request_of(r));
-      if (!s) continue;
-      ++covered;
-      INFO(r.name);
-      CHECK(peak_allocated(*s) == trace_peak(step_trace(*s), s->round_512));
-    }
-  CHECK(covered >= 300);
+  const auto covered = covered_suite_records();
+  for (const auto& [r, s] : covered) {
+    INFO(r.name);
+    CHECK(peak_allocated(s) == trace_peak(step_trace(s), s.round_512));
+  }
+  CHECK(covered.size() >= 300);
 }
 
 // Reserved: the schedule replayed through the caching-allocator simulation against the tracker's

@@ -580,6 +580,35 @@ void interleaved_rotary(OpList& l, bool k, Dt table = Dt::Model) {
 
 }  // namespace
 
+namespace {
+
+/// The rest of GPT-J's block from the fp32 q / k copies on [J]: QK^T in fp32, the mask and the scale
+/// (CodeGen adds the mask first), softmax, the PV matmul over a contiguous v, the heads merged by
+/// `merge_op`, out_proj beside the gelu_new MLP on the same normed input, their sum + the residual.
+void gptj_attention_and_mlp(OpList& l, const LayerSetup& s, bool mask_before_scale, std::string_view merge_op) {
+  l.push_back({"attn.q_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.k_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
+  l.push_back({"attn.scores", "matmul", SS, Dt::F32, false, {}, kNone});
+  const TensorOp scaled{"attn.scaled", "div", SS, Dt::F32, false, {}, kNone};
+  const TensorOp masked{"attn.masked", "add", SS, Dt::F32, false, {}, kNone};
+  l.push_back(mask_before_scale ? masked : scaled);
+  l.push_back(mask_before_scale ? scaled : masked);
+  l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
+  l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
+  l.push_back({"attn.copy", merge_op, TQ, Dt::Model, true, {}, kNone});
+  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out", false));
+  find_mut(l, "out_proj.out")->branch_of = "block.sum";
+  find_mut(l, "out_proj.out")->residual_of = "ln1.out";
+  expression_mlp(l, "layer.out");
+  l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
+  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
+  if (!s.full) edit_layernorm_lora(l, s.half);
+}
+
+}  // namespace
+
 /// GPTJBlock [J] (eager only): ln_1 read by the attention and the MLP in parallel; out = attn + mlp
 /// + x. The attention: q / k / v projections (locals), the sin / cos table gathered for the
 /// positions (locals), interleaved rotary on the first rotary_dim of each head, cat with the rest,
@@ -609,23 +638,7 @@ OpList gptj_layer(const LayerSetup& s) {
     l.push_back({"attn.q_f32", "_to_copy", TQ, Dt::F32, false, "out_proj.out", TQ});
     l.push_back({"attn.k_f32", "_to_copy", TQ, Dt::F32, false, "out_proj.out", TQ});
   }
-  l.push_back({"attn.q_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
-  l.push_back({"attn.k_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
-  l.push_back({"attn.scores", "matmul", SS, Dt::F32, false, {}, kNone});
-  l.push_back({"attn.scaled", "div", SS, Dt::F32, false, {}, kNone});
-  l.push_back({"attn.masked", "add", SS, Dt::F32, false, {}, kNone});
-  l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
-  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
-  l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
-  l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
-  l.push_back({"attn.copy", "_merge_heads", TQ, Dt::Model, true, {}, kNone});
-  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out", false));
-  find_mut(l, "out_proj.out")->branch_of = "block.sum";
-  find_mut(l, "out_proj.out")->residual_of = "ln1.out";
-  expression_mlp(l, "layer.out");
-  l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
-  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
-  if (!s.full) edit_layernorm_lora(l, s.half);
+  gptj_attention_and_mlp(l, s, false, "_merge_heads");
   return l;
 }
 
@@ -649,23 +662,7 @@ OpList codegen_layer(const LayerSetup& s) {
   interleaved_rotary(l, false, Dt::F32);
   l.push_back({"k.embed", "cat", TQ, Dt::F32, false, "out_proj.out", TQ});
   l.push_back({"q.embed", "cat", TQ, Dt::F32, false, "out_proj.out", TQ});
-  l.push_back({"attn.q_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
-  l.push_back({"attn.k_copy", "contiguous", TQ, Dt::F32, true, {}, TQ, kNone, Dt::Model, Dt::F32});
-  l.push_back({"attn.scores", "matmul", SS, Dt::F32, false, {}, kNone});
-  l.push_back({"attn.masked", "add", SS, Dt::F32, false, {}, kNone});
-  l.push_back({"attn.scaled", "div", SS, Dt::F32, false, {}, kNone});
-  l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
-  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
-  l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
-  l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
-  l.push_back({"attn.copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
-  l.push_back(linear("out_proj.out", TH, TQ, Sym::Q, Sym::H, false, "layer.out", false));
-  find_mut(l, "out_proj.out")->branch_of = "block.sum";
-  find_mut(l, "out_proj.out")->residual_of = "ln1.out";
-  expression_mlp(l, "layer.out");
-  l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
-  l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
-  if (!s.full) edit_layernorm_lora(l, s.half);
+  gptj_attention_and_mlp(l, s, true, "contiguous");
   return l;
 }
 
