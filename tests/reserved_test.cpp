@@ -179,6 +179,8 @@ TEST_CASE("a schedule over 2 % from the estimate does not set reserved alone", "
       CHECK(e.reserved_peak_bytes == std::max(sim.peak_reserved, a));
     } else {
       ++disagree;
+      std::printf("  schedule over 2 %% from the estimate: %s (%+.2f %%)\n", json::parse(line)["name"].get<std::string>().c_str(),
+                  100.0 * (double(sim.peak_allocated) - double(a)) / double(a));
       CHECK(e.reserved_method != kSimulated);
       CHECK(part(e, "allocator_overhead") >= sim.peak_reserved - std::min(sim.peak_reserved, sim.peak_allocated));
       CHECK(part(e, "allocator_overhead") >= 20 * MiB);  // the rule's floor

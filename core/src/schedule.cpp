@@ -667,6 +667,14 @@ StepLists step_lists(const StepSetup& s) {
   // softmax, its output's gradient and its input's, three fp32 [b, heads, s, s], at its peak; it and
   // qwen2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw read -30 % and -26 % without them)
   edit_softmax_of_half_scores(l.layer, s.layer.softmax_half_to_float);
+  // The lists' dropout is the CPU path (a bernoulli_ noise tensor in the input's dtype, then a
+  // mul). On CUDA F.dropout runs the fused native_dropout, which saves a bool mask instead
+  // (aten/src/ATen/native/Dropout.cpp: is_fused_kernel_acceptable for CUDA inputs; the estimator's
+  // dropout_mask counts 1 byte there too). Not measured on a GPU.
+  if (s.round_512)
+    for (OpList* list : {&l.embedding, &l.layer, &l.head})
+      for (TensorOp& t : *list)
+        if (t.op == "bernoulli_") t.dtype = Dt::Bool, t.op = "native_dropout";
   // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
   // backward accumulates into it in place
   if (s.tied_embeddings)
