@@ -603,6 +603,10 @@ def pattern_cases():
                gradient_checkpointing=True, optimizer="sgd", micro_batch_size=4, sequence_length=64),
         shaped("qwen2_moe", "qwen2_moe/h256-L2-V1024/full/bf16/gc/eager/b2s64/sgd", 2, 2, 1024, precision="bf16",
                attention="eager", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=2, sequence_length=64),
+        # Adafactor over a learned position table right after the token table: the token table's
+        # `update` is alive at the position table's step (holdout 7's gpt_neo bf16 Adafactor pattern)
+        shaped("gpt_neo", "gpt_neo/h256-L2-V1024/full/bf16/nogc/eager/b1s32/adafactor", 2, 2, 1024, precision="bf16",
+               attention="eager", optimizer="adafactor", micro_batch_size=1, sequence_length=32),
     ]
 
 

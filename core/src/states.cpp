@@ -337,6 +337,15 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
     s.head_t_repl = add(pc.other, m.lm_head.bias_params());
     s.trainable = add(s.trainable, add(s.emb_t, add(head_split, s.head_t_repl)));
     s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, m.embedding_params);
+    // A learned position table comes right after the token table in module order (GPT2Model,
+    // GPTNeoModel, OPT, BioGPT: wte then wpe), so Adafactor's `update` of the token table is alive
+    // at the position table's (see the Adafactor step below; measured, peak dump of tuning case
+    // gpt_neo/h256-L2-V1024/full/bf16/nogc/eager/b1s32/adafactor at the add: the previous fp32
+    // [1024, 256] mul beside two fp32 copies, pow and add of the [1024, 256] position table)
+    if (s.emb_t > 0 && m.position_params > 0) {
+      s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, m.position_params), m.embedding_params));
+      s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, m.position_params), m.embedding_params));
+    }
   }
   if (casts_on) s.head_casts = mul(2, m.lm_head.in, m.vocab);
 
