@@ -588,6 +588,33 @@ def pattern_cases():
                gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
         shaped("gptj", "gptj/h128-L2-V2048/full/fp32/gc/eager/b2s512/adamw/gas2", 1, 2, 2048, attention="eager",
                gradient_checkpointing=True, micro_batch_size=2, sequence_length=512, gradient_accumulation_steps=2),
+        # the schedule (round 5, unseen-shape patterns): GPT-NeoX bf16 full eager at long sequences
+        # with and without checkpointing; full checkpointed eager training of OPT (bf16), GPT-Neo and
+        # GPT-2 (fp32, accumulation) at long sequences; Falcon fp32 full without checkpointing at a
+        # small batch of short rows; LoRA with checkpointing and accumulation (Gemma q/v bf16 SDPA,
+        # BLOOM every linear fp32 eager)
+        shaped("gpt_neox", "gpt_neox/h128-L2-V1024/full/bf16/nogc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", micro_batch_size=2, sequence_length=512),
+        shaped("gpt_neox", "gpt_neox/h128-L3-V2048/full/bf16/gc/eager/b1s768/adamw", 1, 3, 2048, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=768),
+        shaped("opt", "opt/h128-L2-V1024/full/bf16/gc/eager/b3s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=3,
+               sequence_length=512),
+        shaped("gpt_neo", "gpt_neo/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
+        shaped("gpt2", "gpt2/h128-L2-V1024/full/fp32/gc/eager/b3s768/adamw/gas2", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=3, sequence_length=768,
+               gradient_accumulation_steps=2),
+        shaped("falcon", "falcon/h256-L4-V2048/full/fp32/nogc/eager/b3s96/adamw", 2, 4, 2048, attention="eager",
+               micro_batch_size=3, sequence_length=96),
+        shaped("gemma", "gemma/h128-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b4s64/adamw/gas2", 1, 3, 1024, task="lora",
+               precision="bf16", attention="sdpa", gradient_checkpointing=True,
+               micro_batch_size=4, sequence_length=64, gradient_accumulation_steps=2,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        shaped("bloom", "bloom/h128-L3-V1024/lora-r8-all/fp32/gc/eager/b2s128/adamw/gas2", 1, 3, 1024, task="lora",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=128, gradient_accumulation_steps=2,
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 

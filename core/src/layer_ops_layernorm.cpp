@@ -324,6 +324,9 @@ OpList opt_layer(const LayerSetup& s) {
     }
   }
   if (s.half) eager_probs_half(l);
+  // eager_attention_forward's softmax(dtype=float32) of the half scores copies them to fp32 first,
+  // and its backward runs in fp32 [O] (tuning case opt/h128-L2-V1024/full/bf16/gc/eager/b3s512/adamw)
+  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -732,6 +735,9 @@ OpList gpt_neox_layer(const LayerSetup& s) {
     if (find_op(l, "attn.softmax")) {
       l.insert(position(l, "attn.softmax") + 1,
                {"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+      // F.softmax(dtype=float32) of the half scores: an fp32 copy first, the backward in fp32
+      // (tuning case gpt_neox/h128-L3-V2048/full/bf16/gc/eager/b1s768/adamw)
+      edit_softmax_of_half_scores(l, s.softmax_half_to_float);
     }
   }
   if (!s.full) edit_layernorm_lora(l, s.half);
