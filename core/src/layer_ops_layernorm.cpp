@@ -38,6 +38,18 @@ namespace memfit::sched {
 
 namespace {
 
+/// The eager [b, 1, s, s] mask the model builds once for all layers: alive until the decoder stack
+/// returns, and under checkpointing until its backward is over, since every checkpoint keeps it
+/// (GradientCheckpointingLayer hands the layer's arguments to torch.utils.checkpoint, which keeps
+/// them for the recomputation; peak dumps of tuning cases gpt_neo/h128-L2-V1024/full/fp32/gc/eager/
+/// b2s640/adamw and gpt_neox/h128-L3-V2048/full/bf16/gc/eager/b1s768/adamw: the mask alive at the
+/// last layer's backward).
+TensorOp shared_mask(std::string_view op = "masked_fill") {
+  TensorOp m{"causal_mask", op, shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone};
+  m.checkpoint_input = true;
+  return m;
+}
+
 const Shape TH = shape(Sym::T, Sym::H);
 const Shape TQ = shape(Sym::T, Sym::Q);
 const Shape TKV = shape(Sym::T, Sym::KV);
@@ -680,7 +692,7 @@ OpList codegen_layer(const LayerSetup& s) {
 OpList codegen_embedding(const LayerSetup& s) {
   OpList l;
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
@@ -751,18 +763,19 @@ OpList falcon_embedding(const LayerSetup& s) {
   l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
 
 /// GPTNeoXModel [N]: embed_in (saves the indices only [D]); the rotary cos / sin [1, s, rotary
-/// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims).
+/// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims); eager
+/// attention reads one [b, 1, s, s] mask (create_causal_mask), as Phi's and StableLM's.
 OpList gpt_neox_embedding(const LayerSetup& s) {
-  (void)s;
   OpList l;
   l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  if (s.eager) l.push_back(shared_mask("where"));  // create_causal_mask's eager mask [N]
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
@@ -880,11 +893,7 @@ const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm
 /// dump of tuning case phi/h128-L2-V1024/lora-r16-all/bf16/gc/eager/b2s512/adamw: a bf16
 /// (2, 1, 512, 512) where alive at the recomputed layer's backward).
 OpList phi_embedding(const LayerSetup& s) {
-  OpList l = gpt_neox_embedding(s);
-  if (s.eager) {
-    l.insert(l.end() - 1, {"causal_mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
-    (l.end() - 2)->checkpoint_input = true;
-  }
+  OpList l = gpt_neox_embedding(s);  // (with the eager mask)
   if (s.embd_dropout) {
     l.back().dies_after = "embed.dropped";
     add_embedding_dropout(l, s);
@@ -902,7 +911,7 @@ const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernor
 OpList opt_embedding(const LayerSetup& s) {
   OpList l;
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
   l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
@@ -918,7 +927,7 @@ OpList gpt2_embedding(const LayerSetup& s) {
   l.push_back({"positions.out", "embedding", shape(Sym::S, Sym::H), Dt::Model, false, "decoder_end", kNone,
                shape(Sym::Pos, Sym::H)});
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
   if (s.embd_dropout) add_embedding_dropout(l, s);
   return l;
@@ -944,7 +953,7 @@ OpList bloom_embedding(const LayerSetup& s) {
   TensorOp out = *find_op(l, "embed_ln.out");
   l.erase(position(l, "embed_ln.out"));
   l.push_back({"alibi", "build_alibi_tensor", shape(Sym::B, Sym::A, Sym::S), Dt::Model, false, "decoder_end", kNone});
-  l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back(shared_mask());
   l.push_back(out);
   return l;
 }
@@ -958,7 +967,7 @@ OpList biogpt_embedding(const LayerSetup& s) {
   l.push_back({"positions.out", "embedding", shape(Sym::S, Sym::H), Dt::Model, false, "decoder_end", kNone,
                shape(Sym::Pos, Sym::H)});
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
   if (s.embd_dropout) add_embedding_dropout(l, s);
   return l;
@@ -1033,17 +1042,23 @@ void adapt_linear(OpList& l, const LoraNames& n, bool half, std::string_view inp
   it->residual_of = {};
   (void)input;
   OpList e;
-  if (half) e.push_back({n.in, "_to_copy", in, Dt::F32, true, {}, in});
+  if (half) {
+    e.push_back({n.in, "_to_copy", in, Dt::F32, true, {}, in});
+    e.back().released_by = n.a;  // kept by lora_A: released once lora_A's backward has run, as Llama's [D]
+  }
   e.push_back({n.a, "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in, shape(in_w, Sym::R), Dt::Adapter,
                Dt::Adapter});
   e.push_back({n.b, "linear", out, Dt::Adapter, false, n.scaled, shape(Sym::T, Sym::R), shape(Sym::R, out_w),
                Dt::Adapter, Dt::Adapter});
-  e.push_back({n.scaled, "mul", out, Dt::Adapter, false, half ? n.sum : n.out, kNone});
+  // `* scaling` saves nothing; its backward scales the gradient into a new tensor in the adapter
+  // dtype, the one lora_B's backward reads (as Llama's) [D: mul]
+  e.push_back({n.scaled, "mul", out, Dt::Adapter, false, half ? n.sum : n.out, out, kNone, Dt::Model, Dt::Adapter});
   if (half) e.push_back({n.sum, "add", out, Dt::F32, false, {}, out});
   result.op = half ? "_to_copy" : "add";
   result.weight = kNone;
   result.bias = kNone;
   result.grad_input = out;
+  if (half) result.grad_dtype = Dt::F32;  // the cast back's backward: the gradient in fp32 [D: _to_copy]
   e.push_back(result);
   l.insert(position(l, n.base) + 1, e.begin(), e.end());
 }
@@ -1061,7 +1076,7 @@ void edit_layernorm_lora(OpList& l, bool half) {
     // own op saves it (relu its output) [P][D]
     TensorOp* in = find_mut(l, input);
     const bool kept_by_own_op = in && (in->op == "relu" || in->op.starts_with("_scaled_dot_product"));
-    if (half && in && !kept_by_own_op) in->saved = false, in->dies_after = n.in;
+    if (half && in && !kept_by_own_op) in->saved = false, in->dies_after = n.out;
   }
 }
 
