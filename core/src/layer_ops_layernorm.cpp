@@ -1077,6 +1077,9 @@ void edit_layernorm_lora(OpList& l, bool half) {
     TensorOp* in = find_mut(l, input);
     const bool kept_by_own_op = in && (in->op == "relu" || in->op.starts_with("_scaled_dot_product"));
     if (half && in && !kept_by_own_op) in->saved = false, in->dies_after = n.out;
+    // in fp32 the frozen Linear keeps nothing: a tensor its backward released (Llama's mlp.mul) is
+    // kept by lora_A instead, released once lora_A's backward has run [D]
+    if (!half && in && in->released_by == n.out) in->released_by = n.a;
   }
 }
 
