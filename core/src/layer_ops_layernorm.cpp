@@ -865,7 +865,12 @@ void falcon_eager_attention(OpList& l) {
   // the layer returns the softmax output (attention weights): under checkpointing, where nothing
   // saves it, the model's loop holds it until the next layer has returned [F][M]
   e.push_back({"attn.softmax", "_softmax", SS, Dt::Model, true, "next_layer", SS});
-  e.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+  // v's copy is the PV matmul's second operand: its backward makes v's gradient beside the
+  // probabilities', which softmax's backward reads, so the chain hands the probabilities' gradient
+  // on through this entry (v's [T, q] gradient is not counted) [D: bmm] (peak dump of tuning case
+  // falcon/h512-L4-V1024/full/fp32/nogc/eager/b3s128/adamw: at _softmax_backward_data the
+  // probabilities' gradient and softmax's own, both [b, heads, s, s], beside the saved output)
+  e.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
   e.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   e.push_back({"attn.copy", "reshape", TQ, Dt::Model, true, {}, kNone});
   l.insert(at, e.begin(), e.end());
