@@ -615,6 +615,18 @@ def pattern_cases():
                attention="eager", gradient_checkpointing=True, micro_batch_size=2,
                sequence_length=128, gradient_accumulation_steps=2,
                lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        # (second batch) Falcon fp32 full eager at wide layers, where the last layer's softmax
+        # backward is the peak; GPT-NeoX bf16 at one long row without checkpointing; BLOOM LoRA on
+        # every linear with checkpointing and accumulation at three rows
+        shaped("falcon", "falcon/h512-L4-V1024/full/fp32/nogc/eager/b3s128/adamw", 4, 4, 1024, attention="eager",
+               micro_batch_size=3, sequence_length=128),
+        shaped("falcon", "falcon/h256-L4-V1024/full/fp32/nogc/eager/b3s160/adamw", 2, 4, 1024, attention="eager",
+               micro_batch_size=3, sequence_length=160),
+        shaped("gpt_neox", "gpt_neox/h256-L2-V1024/full/bf16/nogc/eager/b1s768/adamw", 2, 2, 1024, precision="bf16",
+               attention="eager", micro_batch_size=1, sequence_length=768),
+        shaped("bloom", "bloom/h256-L3-V1024/lora-r16-all/fp32/gc/eager/b3s96/adamw/gas2", 2, 3, 1024, task="lora",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=3, sequence_length=96,
+               gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
     ]
 
 
