@@ -627,6 +627,11 @@ def pattern_cases():
         shaped("bloom", "bloom/h256-L3-V1024/lora-r16-all/fp32/gc/eager/b3s96/adamw/gas2", 2, 3, 1024, task="lora",
                attention="eager", gradient_checkpointing=True, micro_batch_size=3, sequence_length=96,
                gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # the same half eager softmax(dtype=float32) in the StableLM and Starcoder2 lists
+        shaped("stablelm", "stablelm/h128-L2-V1024/full/bf16/gc/eager/b1s768/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=768),
+        shaped("starcoder2", "starcoder2/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
     ]
 
 

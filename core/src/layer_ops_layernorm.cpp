@@ -271,6 +271,9 @@ OpList starcoder2_layer(const LayerSetup& s) {
   for (std::string_view n : {"q_proj.out", "k_proj.out", "v_proj.out", "o_proj.out"})
     find_mut(l, n)->bias = shape(find_op(l, n)->shape.f[1]);
   if (s.half) eager_probs_half(l);
+  // softmax(dtype=float32) of the half scores: the fp32 copy, the backward in fp32 [C] (tuning
+  // case starcoder2/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw)
+  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -297,6 +300,8 @@ OpList stablelm_layer(const LayerSetup& s) {
   }
   if (!s.eager) l.insert(position(l, "attn.lse") + 1, {"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
   if (s.half) eager_probs_half(l);
+  // (as Starcoder2's [T]; tuning case stablelm/h128-L2-V1024/full/bf16/gc/eager/b1s768/adamw)
+  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
