@@ -632,6 +632,20 @@ def pattern_cases():
                attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=768),
         shaped("starcoder2", "starcoder2/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
                attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        # half eager attention whose fp32 probabilities are cast back (.to(value.dtype): GPT-J,
+        # GPTBigCode's upcast softmax) under checkpointing at long sequences, and the eager mask kept
+        # by every checkpoint (BioGPT, CodeGen fp32; Falcon bf16)
+        shaped("gptj", "gptj/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("gpt_bigcode", "gpt_bigcode/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024,
+               precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=512),
+        shaped("biogpt", "biogpt/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
+        shaped("codegen", "codegen/h128-L2-V1024/full/fp32/gc/eager/b2s512/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("falcon", "falcon/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
     ]
 
 

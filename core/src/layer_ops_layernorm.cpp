@@ -443,7 +443,15 @@ OpList gpt2_like_layer(const LayerSetup& s, bool bigcode) {
     // (GPTBigCode: k and v are repeat_kv copies [b, heads, s, d]; k^T of the copy needs none)
     eager_attention(l, "qkv.out", "attn.dropped");
     if (!bigcode) find_mut(l, "attn.softmax")->dtype = Dt::Model;
-    if (bigcode && s.half) eager_probs_half(l);
+    if (bigcode && s.half) {
+      // upcast_masked_softmax's .to(input_dtype): its backward casts the gradient to fp32 [B][D]
+      // (tuning case gpt_bigcode/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw: three fp32
+      // [b, heads, s, s] at _softmax_backward_data)
+      eager_probs_half(l);
+      find_mut(l, "attn.probs_half")->grad_input = SS;
+      find_mut(l, "attn.probs_half")->grad_dtype = Dt::F32;
+      find_mut(l, "attn.softmax")->grad_dtype = Dt::F32;  // softmax of the fp32 upcast scores
+    }
     insert_qk_copies(l, bigcode ? "attn.k_repeat" : "attn.k_copy", TQ, TKV);
     if (s.attn_dropout) eager_probs_dropout(l);
   } else if (s.attn_dropout && !s.cuda) {
@@ -568,7 +576,8 @@ OpList gpt_neo_layer(const LayerSetup& s) {
   l.push_back({"attn.masked", "where", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.masked2", "add", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
-  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  // .to(value.dtype) of the fp32 probabilities: its backward casts their gradient to fp32 [D: _to_copy]
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32});
   l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
   l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   l.push_back({"attn.copy", "_merge_heads", TQ, Dt::Model, true, {}, kNone});
@@ -637,7 +646,8 @@ OpList gptj_layer(const LayerSetup& s) {
   l.push_back({"attn.scaled", "div", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.masked", "add", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
-  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  // .to(value.dtype) of the fp32 probabilities: its backward casts their gradient to fp32 [D: _to_copy]
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32});
   l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
   l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   l.push_back({"attn.copy", "_merge_heads", TQ, Dt::Model, true, {}, kNone});
@@ -677,7 +687,8 @@ OpList codegen_layer(const LayerSetup& s) {
   l.push_back({"attn.masked", "add", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.scaled", "div", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
-  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  // .to(value.dtype) of the fp32 probabilities: its backward casts their gradient to fp32 [D: _to_copy]
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32});
   l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
   l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   l.push_back({"attn.copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
