@@ -646,6 +646,24 @@ def pattern_cases():
                gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
         shaped("falcon", "falcon/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
                attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        # Phi fp32 eager under checkpointing at a long sequence (softmax's backward beside the
+        # probabilities' gradient); the cast-back fix in GPT-Neo / CodeGen bf16; LoRA on every linear
+        # (GPT-NeoX, GPT-2 bf16 eager) and a Llama LoRA q/v with accumulation under checkpointing
+        shaped("phi", "phi/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
+        shaped("gpt_neo", "gpt_neo/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("codegen", "codegen/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("gpt_neox", "gpt_neox/h128-L2-V1024/lora-r8-all/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=512, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("gpt2", "gpt2/h128-L2-V1024/lora-r8-all/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=512, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("llama", "llama/h128-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b4s64/adamw/gas2", 1, 3, 1024, task="lora",
+               precision="bf16", gradient_checkpointing=True, micro_batch_size=4, sequence_length=64,
+               gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
     ]
 
 

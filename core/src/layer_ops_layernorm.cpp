@@ -220,6 +220,10 @@ OpList phi_layer(const LayerSetup& s) {
   l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "v_proj.out", "dense.out");
+  // v's copy is the PV matmul's second operand: the chain hands the probabilities' gradient on
+  // to softmax's backward through it (as Falcon's; tuning case phi/h128-L2-V1024/full/fp32/gc/
+  // eager/b2s640/adamw: that gradient and softmax's own beside the saved output)
+  if (s.eager) find_mut(l, "attn.v_copy")->grad_input = kNone;
   if (s.half && s.eager) fp32_softmax_of_half(l);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
