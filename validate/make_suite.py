@@ -664,6 +664,11 @@ def pattern_cases():
         shaped("llama", "llama/h128-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b4s64/adamw/gas2", 1, 3, 1024, task="lora",
                precision="bf16", gradient_checkpointing=True, micro_batch_size=4, sequence_length=64,
                gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        # the same softmax backward in GPT-NeoX's and OPT's fp32 eager attention under checkpointing
+        shaped("gpt_neox", "gpt_neox/h128-L2-V1024/full/fp32/gc/eager/b2s512/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("opt", "opt/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
     ]
 
 

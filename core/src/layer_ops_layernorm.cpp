@@ -337,6 +337,8 @@ OpList opt_layer(const LayerSetup& s) {
     // eager_attention_forward: q and k are strided views, so the first matmul keeps contiguous
     // copies of both; the projections then die with the attention's locals [O][M]
     eager_attention(l, "v_proj.out", "out_proj.out");
+    // the PV matmul's second operand, as Phi's (tuning case opt/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw)
+    find_mut(l, "attn.v_copy")->grad_input = kNone;
     insert_qk_copies(l);
     for (std::string_view n : {"q.scaled", "k_proj.out"}) {
       TensorOp* t = find_mut(l, n);
@@ -761,6 +763,8 @@ OpList gpt_neox_layer(const LayerSetup& s) {
   l.push_back({"mlp.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "qkv.out", "dense.out");
+  // the PV matmul's second operand, as Phi's (tuning case gpt_neox/h128-L2-V1024/full/fp32/gc/eager/b2s512/adamw)
+  if (s.eager) find_mut(l, "attn.v_copy")->grad_input = kNone;
   if (s.eager && s.one_sequence && !s.checkpointing) v_view_of_fused(l);
   if (s.half) {
     // softmax(dtype=float32).to(query.dtype): the half copy is what the PV matmul keeps [N][D]
