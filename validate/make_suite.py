@@ -607,6 +607,87 @@ def pattern_cases():
         # `update` is alive at the position table's step (holdout 7's gpt_neo bf16 Adafactor pattern)
         shaped("gpt_neo", "gpt_neo/h256-L2-V1024/full/bf16/nogc/eager/b1s32/adafactor", 2, 2, 1024, precision="bf16",
                attention="eager", optimizer="adafactor", micro_batch_size=1, sequence_length=32),
+        # the schedule (round 5, unseen-shape patterns): GPT-NeoX bf16 full eager at long sequences
+        # with and without checkpointing; full checkpointed eager training of OPT (bf16), GPT-Neo and
+        # GPT-2 (fp32, accumulation) at long sequences; Falcon fp32 full without checkpointing at a
+        # small batch of short rows; LoRA with checkpointing and accumulation (Gemma q/v bf16 SDPA,
+        # BLOOM every linear fp32 eager)
+        shaped("gpt_neox", "gpt_neox/h128-L2-V1024/full/bf16/nogc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", micro_batch_size=2, sequence_length=512),
+        shaped("gpt_neox", "gpt_neox/h128-L3-V2048/full/bf16/gc/eager/b1s768/adamw", 1, 3, 2048, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=768),
+        shaped("opt", "opt/h128-L2-V1024/full/bf16/gc/eager/b3s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=3,
+               sequence_length=512),
+        shaped("gpt_neo", "gpt_neo/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
+        shaped("gpt2", "gpt2/h128-L2-V1024/full/fp32/gc/eager/b3s768/adamw/gas2", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=3, sequence_length=768,
+               gradient_accumulation_steps=2),
+        shaped("falcon", "falcon/h256-L4-V2048/full/fp32/nogc/eager/b3s96/adamw", 2, 4, 2048, attention="eager",
+               micro_batch_size=3, sequence_length=96),
+        shaped("gemma", "gemma/h128-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b4s64/adamw/gas2", 1, 3, 1024, task="lora",
+               precision="bf16", attention="sdpa", gradient_checkpointing=True,
+               micro_batch_size=4, sequence_length=64, gradient_accumulation_steps=2,
+               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        shaped("bloom", "bloom/h128-L3-V1024/lora-r8-all/fp32/gc/eager/b2s128/adamw/gas2", 1, 3, 1024, task="lora",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=128, gradient_accumulation_steps=2,
+               lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        # (second batch) Falcon fp32 full eager at wide layers, where the last layer's softmax
+        # backward is the peak; GPT-NeoX bf16 at one long row without checkpointing; BLOOM LoRA on
+        # every linear with checkpointing and accumulation at three rows
+        shaped("falcon", "falcon/h512-L4-V1024/full/fp32/nogc/eager/b3s128/adamw", 4, 4, 1024, attention="eager",
+               micro_batch_size=3, sequence_length=128),
+        shaped("falcon", "falcon/h256-L4-V1024/full/fp32/nogc/eager/b3s160/adamw", 2, 4, 1024, attention="eager",
+               micro_batch_size=3, sequence_length=160),
+        shaped("gpt_neox", "gpt_neox/h256-L2-V1024/full/bf16/nogc/eager/b1s768/adamw", 2, 2, 1024, precision="bf16",
+               attention="eager", micro_batch_size=1, sequence_length=768),
+        shaped("bloom", "bloom/h256-L3-V1024/lora-r16-all/fp32/gc/eager/b3s96/adamw/gas2", 2, 3, 1024, task="lora",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=3, sequence_length=96,
+               gradient_accumulation_steps=2, lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        # the same half eager softmax(dtype=float32) in the StableLM and Starcoder2 lists
+        shaped("stablelm", "stablelm/h128-L2-V1024/full/bf16/gc/eager/b1s768/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=1, sequence_length=768),
+        shaped("starcoder2", "starcoder2/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        # half eager attention whose fp32 probabilities are cast back (.to(value.dtype): GPT-J,
+        # GPTBigCode's upcast softmax) under checkpointing at long sequences, and the eager mask kept
+        # by every checkpoint (BioGPT, CodeGen fp32; Falcon bf16)
+        shaped("gptj", "gptj/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("gpt_bigcode", "gpt_bigcode/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024,
+               precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=512),
+        shaped("biogpt", "biogpt/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
+        shaped("codegen", "codegen/h128-L2-V1024/full/fp32/gc/eager/b2s512/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("falcon", "falcon/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        # Phi fp32 eager under checkpointing at a long sequence (softmax's backward beside the
+        # probabilities' gradient); the cast-back fix in GPT-Neo / CodeGen bf16; LoRA on every linear
+        # (GPT-NeoX, GPT-2 bf16 eager) and a Llama LoRA q/v with accumulation under checkpointing
+        shaped("phi", "phi/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
+        shaped("gpt_neo", "gpt_neo/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("codegen", "codegen/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, precision="bf16",
+               attention="eager", gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("gpt_neox", "gpt_neox/h128-L2-V1024/lora-r8-all/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=512, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("gpt2", "gpt2/h128-L2-V1024/lora-r8-all/bf16/gc/eager/b2s512/adamw", 1, 2, 1024, task="lora",
+               precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=2,
+               sequence_length=512, lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        shaped("llama", "llama/h128-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b4s64/adamw/gas2", 1, 3, 1024, task="lora",
+               precision="bf16", gradient_checkpointing=True, micro_batch_size=4, sequence_length=64,
+               gradient_accumulation_steps=2, lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        # the same softmax backward in GPT-NeoX's and OPT's fp32 eager attention under checkpointing
+        shaped("gpt_neox", "gpt_neox/h128-L2-V1024/full/fp32/gc/eager/b2s512/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        shaped("opt", "opt/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw", 1, 2, 1024, attention="eager",
+               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
     ]
 
 

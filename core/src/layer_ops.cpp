@@ -132,6 +132,12 @@ OpList decoder_layer(const LayerSetup& s) {
   l.push_back({"mlp.act", "silu", TI, Dt::Model, true, {}, TI});
   l.push_back({"up_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
   l.push_back({"mlp.mul", "mul", TI, Dt::Model, true, {}, TI});  // saved by down_proj [D]
+  // down_proj's backward releases it before MulBackward0 runs, which makes both operands'
+  // gradients while the incoming one lives: the list's chain carries one, the other (act's) is held
+  // beside them [D: mul] (peak dump of tuning case gemma/h128-L3-V1024/lora-r8-qv/bf16/gc/sdpa/
+  // b4s64/adamw/gas2, a frozen MLP: three [T, i] gradients beside gate, up and act)
+  l.back().released_by = "down_proj.out";
+  l.back().backward_temps = 1;
   l.push_back({"down_proj.out", "linear", TH, Dt::Model, false, "mlp.residual", TI, shape(Sym::I, Sym::H)});
   l.push_back({"mlp.residual", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model,
                "attn.residual"});

@@ -38,6 +38,18 @@ namespace memfit::sched {
 
 namespace {
 
+/// The eager [b, 1, s, s] mask the model builds once for all layers: alive until the decoder stack
+/// returns, and under checkpointing until its backward is over, since every checkpoint keeps it
+/// (GradientCheckpointingLayer hands the layer's arguments to torch.utils.checkpoint, which keeps
+/// them for the recomputation; peak dumps of tuning cases gpt_neo/h128-L2-V1024/full/fp32/gc/eager/
+/// b2s640/adamw and gpt_neox/h128-L3-V2048/full/bf16/gc/eager/b1s768/adamw: the mask alive at the
+/// last layer's backward).
+TensorOp shared_mask(std::string_view op = "masked_fill") {
+  TensorOp m{"causal_mask", op, shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone};
+  m.checkpoint_input = true;
+  return m;
+}
+
 const Shape TH = shape(Sym::T, Sym::H);
 const Shape TQ = shape(Sym::T, Sym::Q);
 const Shape TKV = shape(Sym::T, Sym::KV);
@@ -207,6 +219,10 @@ OpList phi_layer(const LayerSetup& s) {
   l.push_back({"block.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "v_proj.out", "dense.out");
+  // v's copy is the PV matmul's second operand: the chain hands the probabilities' gradient on
+  // to softmax's backward through it (as Falcon's; tuning case phi/h128-L2-V1024/full/fp32/gc/
+  // eager/b2s640/adamw: that gradient and softmax's own beside the saved output)
+  if (s.eager) find_mut(l, "attn.v_copy")->grad_input = kNone;
   if (s.half && s.eager) fp32_softmax_of_half(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
@@ -258,6 +274,9 @@ OpList starcoder2_layer(const LayerSetup& s) {
   for (std::string_view n : {"q_proj.out", "k_proj.out", "v_proj.out", "o_proj.out"})
     find_mut(l, n)->bias = shape(find_op(l, n)->shape.f[1]);
   if (s.half) eager_probs_half(l);
+  // softmax(dtype=float32) of the half scores: the fp32 copy, the backward in fp32 [C] (tuning
+  // case starcoder2/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw)
+  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -284,6 +303,8 @@ OpList stablelm_layer(const LayerSetup& s) {
   }
   if (!s.eager) l.insert(position(l, "attn.lse") + 1, {"attn.copy", "clone", TQ, Dt::Model, true, {}, kNone});
   if (s.half) eager_probs_half(l);
+  // (as Starcoder2's [T]; tuning case stablelm/h128-L2-V1024/full/bf16/gc/eager/b1s768/adamw)
+  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -315,6 +336,8 @@ OpList opt_layer(const LayerSetup& s) {
     // eager_attention_forward: q and k are strided views, so the first matmul keeps contiguous
     // copies of both; the projections then die with the attention's locals [O][M]
     eager_attention(l, "v_proj.out", "out_proj.out");
+    // the PV matmul's second operand, as Phi's (tuning case opt/h128-L2-V1024/full/fp32/gc/eager/b2s640/adamw)
+    find_mut(l, "attn.v_copy")->grad_input = kNone;
     insert_qk_copies(l);
     for (std::string_view n : {"q.scaled", "k_proj.out"}) {
       TensorOp* t = find_mut(l, n);
@@ -323,6 +346,9 @@ OpList opt_layer(const LayerSetup& s) {
     }
   }
   if (s.half) eager_probs_half(l);
+  // eager_attention_forward's softmax(dtype=float32) of the half scores copies them to fp32 first,
+  // and its backward runs in fp32 [O] (tuning case opt/h128-L2-V1024/full/bf16/gc/eager/b3s512/adamw)
+  if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
 }
@@ -422,7 +448,15 @@ OpList gpt2_like_layer(const LayerSetup& s, bool bigcode) {
     // (GPTBigCode: k and v are repeat_kv copies [b, heads, s, d]; k^T of the copy needs none)
     eager_attention(l, "qkv.out", "attn.dropped");
     if (!bigcode) find_mut(l, "attn.softmax")->dtype = Dt::Model;
-    if (bigcode && s.half) eager_probs_half(l);
+    if (bigcode && s.half) {
+      // upcast_masked_softmax's .to(input_dtype): its backward casts the gradient to fp32 [B][D]
+      // (tuning case gpt_bigcode/h128-L2-V1024/full/bf16/gc/eager/b2s512/adamw: three fp32
+      // [b, heads, s, s] at _softmax_backward_data)
+      eager_probs_half(l);
+      find_mut(l, "attn.probs_half")->grad_input = SS;
+      find_mut(l, "attn.probs_half")->grad_dtype = Dt::F32;
+      find_mut(l, "attn.softmax")->grad_dtype = Dt::F32;  // softmax of the fp32 upcast scores
+    }
     insert_qk_copies(l, bigcode ? "attn.k_repeat" : "attn.k_copy", TQ, TKV);
     if (s.attn_dropout) eager_probs_dropout(l);
   } else if (s.attn_dropout && !s.cuda) {
@@ -546,7 +580,8 @@ OpList gpt_neo_layer(const LayerSetup& s) {
   l.push_back({"attn.masked", "where", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.masked2", "add", SS, Dt::F32, false, {}, kNone});
   l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
-  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  // .to(value.dtype) of the fp32 probabilities: its backward casts their gradient to fp32 [D: _to_copy]
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32});
   l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
   l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   l.push_back({"attn.copy", "_merge_heads", TQ, Dt::Model, true, {}, kNone});
@@ -594,7 +629,8 @@ void gptj_attention_and_mlp(OpList& l, const LayerSetup& s, bool mask_before_sca
   l.push_back(mask_before_scale ? masked : scaled);
   l.push_back(mask_before_scale ? scaled : masked);
   l.push_back({"attn.softmax", "_softmax", SS, Dt::F32, true, {}, SS, kNone, Dt::Model, Dt::F32});
-  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+  // .to(value.dtype) of the fp32 probabilities: its backward casts their gradient to fp32 [D: _to_copy]
+  if (s.half) l.push_back({"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, SS, kNone, Dt::Model, Dt::F32});
   l.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
   l.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   l.push_back({"attn.copy", merge_op, TQ, Dt::Model, true, {}, kNone});
@@ -672,7 +708,7 @@ OpList codegen_layer(const LayerSetup& s) {
 OpList codegen_embedding(const LayerSetup& s) {
   OpList l;
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
@@ -721,12 +757,17 @@ OpList gpt_neox_layer(const LayerSetup& s) {
   l.push_back({"mlp.sum", "add", TH, Dt::Model, false, {}, kNone});
   l.push_back({"layer.out", "add", TH, Dt::Model, false, "layer_out", kNone, kNone, Dt::Model, Dt::Model, "input"});
   if (s.eager) eager_attention(l, "qkv.out", "dense.out");
+  // the PV matmul's second operand, as Phi's (tuning case gpt_neox/h128-L2-V1024/full/fp32/gc/eager/b2s512/adamw)
+  if (s.eager) find_mut(l, "attn.v_copy")->grad_input = kNone;
   if (s.eager && s.one_sequence && !s.checkpointing) v_view_of_fused(l);
   if (s.half) {
     // softmax(dtype=float32).to(query.dtype): the half copy is what the PV matmul keeps [N][D]
     if (find_op(l, "attn.softmax")) {
       l.insert(position(l, "attn.softmax") + 1,
                {"attn.probs_half", "_to_copy", SS, Dt::Model, true, {}, kNone});
+      // F.softmax(dtype=float32) of the half scores: an fp32 copy first, the backward in fp32
+      // (tuning case gpt_neox/h128-L3-V2048/full/bf16/gc/eager/b1s768/adamw)
+      edit_softmax_of_half_scores(l, s.softmax_half_to_float);
     }
   }
   if (!s.full) edit_layernorm_lora(l, s.half);
@@ -740,18 +781,19 @@ OpList falcon_embedding(const LayerSetup& s) {
   l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
 
 /// GPTNeoXModel [N]: embed_in (saves the indices only [D]); the rotary cos / sin [1, s, rotary
-/// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims).
+/// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims); eager
+/// attention reads one [b, 1, s, s] mask (create_causal_mask), as Phi's and StableLM's.
 OpList gpt_neox_embedding(const LayerSetup& s) {
-  (void)s;
   OpList l;
   l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+  if (s.eager) l.push_back(shared_mask("where"));  // create_causal_mask's eager mask [N]
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
   return l;
 }
@@ -841,7 +883,12 @@ void falcon_eager_attention(OpList& l) {
   // the layer returns the softmax output (attention weights): under checkpointing, where nothing
   // saves it, the model's loop holds it until the next layer has returned [F][M]
   e.push_back({"attn.softmax", "_softmax", SS, Dt::Model, true, "next_layer", SS});
-  e.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, TQ});
+  // v's copy is the PV matmul's second operand: its backward makes v's gradient beside the
+  // probabilities', which softmax's backward reads, so the chain hands the probabilities' gradient
+  // on through this entry (v's [T, q] gradient is not counted) [D: bmm] (peak dump of tuning case
+  // falcon/h512-L4-V1024/full/fp32/nogc/eager/b3s128/adamw: at _softmax_backward_data the
+  // probabilities' gradient and softmax's own, both [b, heads, s, s], beside the saved output)
+  e.push_back({"attn.v_copy", "contiguous", TQ, Dt::Model, true, {}, kNone});
   e.push_back({"attn.pv", "matmul", TQ, Dt::Model, false, {}, SS});
   e.push_back({"attn.copy", "reshape", TQ, Dt::Model, true, {}, kNone});
   l.insert(at, e.begin(), e.end());
@@ -869,11 +916,7 @@ const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm
 /// dump of tuning case phi/h128-L2-V1024/lora-r16-all/bf16/gc/eager/b2s512/adamw: a bf16
 /// (2, 1, 512, 512) where alive at the recomputed layer's backward).
 OpList phi_embedding(const LayerSetup& s) {
-  OpList l = gpt_neox_embedding(s);
-  if (s.eager) {
-    l.insert(l.end() - 1, {"causal_mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
-    (l.end() - 2)->checkpoint_input = true;
-  }
+  OpList l = gpt_neox_embedding(s);  // (with the eager mask)
   if (s.embd_dropout) {
     l.back().dies_after = "embed.dropped";
     add_embedding_dropout(l, s);
@@ -892,10 +935,8 @@ const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernor
 /// holds it at the peak in the backward, as the Llama lists have it).
 OpList opt_embedding(const LayerSetup& s) {
   OpList l;
-  if (s.eager) {
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
-    l.back().checkpoint_input = true;
-  }
+  if (s.eager)
+    l.push_back(shared_mask());
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
   l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
@@ -911,7 +952,7 @@ OpList gpt2_embedding(const LayerSetup& s) {
   l.push_back({"positions.out", "embedding", shape(Sym::S, Sym::H), Dt::Model, false, "decoder_end", kNone,
                shape(Sym::Pos, Sym::H)});
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
   if (s.embd_dropout) add_embedding_dropout(l, s);
   return l;
@@ -937,7 +978,7 @@ OpList bloom_embedding(const LayerSetup& s) {
   TensorOp out = *find_op(l, "embed_ln.out");
   l.erase(position(l, "embed_ln.out"));
   l.push_back({"alibi", "build_alibi_tensor", shape(Sym::B, Sym::A, Sym::S), Dt::Model, false, "decoder_end", kNone});
-  l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+  l.push_back(shared_mask());
   l.push_back(out);
   return l;
 }
@@ -951,7 +992,7 @@ OpList biogpt_embedding(const LayerSetup& s) {
   l.push_back({"positions.out", "embedding", shape(Sym::S, Sym::H), Dt::Model, false, "decoder_end", kNone,
                shape(Sym::Pos, Sym::H)});
   if (s.eager)
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.push_back(shared_mask());
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
   if (s.embd_dropout) add_embedding_dropout(l, s);
   return l;
@@ -970,15 +1011,7 @@ const FamilyLists kCodeGenLists{&codegen_layer, &codegen_embedding, &layernorm_h
 const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
-/// GPT2Model's embedding; under checkpointing each checkpoint keeps the eager mask until its
-/// backward (tuning case gpt2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw holds it at the peak).
-OpList gpt2_checkpointed_mask_embedding(const LayerSetup& s) {
-  OpList l = gpt2_embedding(s);
-  if (TensorOp* m = find_mut(l, "causal_mask")) m->checkpoint_input = true;
-  return l;
-}
-const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_checkpointed_mask_embedding, &layernorm_head,
-                             &edit_layernorm_input_needs_no_grad};
+const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_embedding, &layernorm_head,
                                    &edit_layernorm_input_needs_no_grad};
 const FamilyLists kOptLists{&opt_layer, &opt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
@@ -1034,17 +1067,23 @@ void adapt_linear(OpList& l, const LoraNames& n, bool half, std::string_view inp
   it->residual_of = {};
   (void)input;
   OpList e;
-  if (half) e.push_back({n.in, "_to_copy", in, Dt::F32, true, {}, in});
+  if (half) {
+    e.push_back({n.in, "_to_copy", in, Dt::F32, true, {}, in});
+    e.back().released_by = n.a;  // kept by lora_A: released once lora_A's backward has run, as Llama's [D]
+  }
   e.push_back({n.a, "linear", shape(Sym::T, Sym::R), Dt::Adapter, true, {}, in, shape(in_w, Sym::R), Dt::Adapter,
                Dt::Adapter});
   e.push_back({n.b, "linear", out, Dt::Adapter, false, n.scaled, shape(Sym::T, Sym::R), shape(Sym::R, out_w),
                Dt::Adapter, Dt::Adapter});
-  e.push_back({n.scaled, "mul", out, Dt::Adapter, false, half ? n.sum : n.out, kNone});
+  // `* scaling` saves nothing; its backward scales the gradient into a new tensor in the adapter
+  // dtype, the one lora_B's backward reads (as Llama's) [D: mul]
+  e.push_back({n.scaled, "mul", out, Dt::Adapter, false, half ? n.sum : n.out, out, kNone, Dt::Model, Dt::Adapter});
   if (half) e.push_back({n.sum, "add", out, Dt::F32, false, {}, out});
   result.op = half ? "_to_copy" : "add";
   result.weight = kNone;
   result.bias = kNone;
   result.grad_input = out;
+  if (half) result.grad_dtype = Dt::F32;  // the cast back's backward: the gradient in fp32 [D: _to_copy]
   e.push_back(result);
   l.insert(position(l, n.base) + 1, e.begin(), e.end());
 }
@@ -1062,7 +1101,10 @@ void edit_layernorm_lora(OpList& l, bool half) {
     // own op saves it (relu its output) [P][D]
     TensorOp* in = find_mut(l, input);
     const bool kept_by_own_op = in && (in->op == "relu" || in->op.starts_with("_scaled_dot_product"));
-    if (half && in && !kept_by_own_op) in->saved = false, in->dies_after = n.in;
+    if (half && in && !kept_by_own_op) in->saved = false, in->dies_after = n.out;
+    // in fp32 the frozen Linear keeps nothing: a tensor its backward released (Llama's mlp.mul) is
+    // kept by lora_A instead, released once lora_A's backward has run [D]
+    if (!half && in && in->released_by == n.out) in->released_by = n.a;
   }
 }
 
