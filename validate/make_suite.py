@@ -709,12 +709,24 @@ def generated_cases():
     return [cases[i] for i in tuning], [cases[i] for i in sorted(order[cut:])]
 
 
-def holdout_cases(seed=HOLDOUT_SEED, count=HOLDOUT, prefix="holdout/"):
-    """`count` cases drawn like the generated ones with their own seed (names prefixed `prefix`)."""
+def request_key(c):
+    """A case's request without its name: two draws that ask for the same run have the same key."""
+    return json.dumps({k: v for k, v in c.items() if k != "name"}, sort_keys=True)
+
+
+def holdout_cases(seed=HOLDOUT_SEED, count=HOLDOUT, prefix="holdout/", taken=frozenset()):
+    """`count` cases drawn like the generated ones with their own seed (names prefixed `prefix`).
+    A draw whose request an earlier set already has (`taken`: request_key values) is drawn again
+    from a side stream of its own (seed, index, attempt), so the other draws stay as they were."""
     rng = random.Random(seed)
     cases, names = [], set()
     for i in range(count):
-        c = draw_case(rng, FAMILIES[i % len(FAMILIES)])
+        fam = FAMILIES[i % len(FAMILIES)]
+        c = draw_case(rng, fam)
+        attempt = 0
+        while request_key(c) in taken:
+            attempt += 1
+            c = draw_case(random.Random(f"{seed}/{i}/{attempt}"), fam)
         c["name"] = prefix + c["name"]
         base, n = c["name"], 2
         while c["name"] in names:
@@ -726,8 +738,15 @@ def holdout_cases(seed=HOLDOUT_SEED, count=HOLDOUT, prefix="holdout/"):
 
 
 def later_holdout_cases(n):
-    _, seed, count, _ = next(row for row in LATER_HOLDOUTS if row[0] == n)
-    return holdout_cases(seed, count, f"holdout{n}/")
+    """Holdout set n, disjoint from the generated sets and every earlier holdout (holdout 6 first
+    drew one case of holdout 5 again: gptj/h128-L4-V16384/full/fp32/nogc/eager/b3s192/adamw_fused)."""
+    tuning, check = generated_cases()
+    taken = {request_key(c) for c in tuning + check + holdout_cases()}
+    for m, seed, count, _ in LATER_HOLDOUTS:
+        if m == n:
+            return holdout_cases(seed, count, f"holdout{n}/", frozenset(taken))
+        taken |= {request_key(c) for c in holdout_cases(seed, count, f"holdout{m}/", frozenset(taken))}
+    raise ValueError(f"no holdout set {n}")
 
 
 def other_generators():
