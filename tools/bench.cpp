@@ -85,6 +85,27 @@ int main(int argc, char** argv) {
   for (int i = 0; i < plan_runs; ++i) candidates = memfit::plan(pr).candidates.size();
   const double per_plan = seconds_since(t0) / plan_runs;
 
+  // A 1-GPU plan of the estimate's request: its single-GPU cells are training steps the tensor
+  // schedule covers, so each one replays the caching-allocator simulation for its reserved figure.
+  memfit::Request pr1 = request;
+  pr1.num_gpus = 1;
+  (void)memfit::plan(pr1);
+  t0 = clock::now();
+  const int plan1_runs = std::max(2, runs_of(20));
+  size_t candidates1 = 0;
+  for (int i = 0; i < plan1_runs; ++i) candidates1 = memfit::plan(pr1).candidates.size();
+  const double per_plan1 = seconds_since(t0) / plan1_runs;
+
+  // The same estimates as a CPU request: no caching allocator, so no simulation.
+  memfit::Request rc = request;
+  rc.device = memfit::Device::Cpu;
+  t0 = clock::now();
+  for (int i = 0; i < estimate_runs; ++i) {
+    rc.micro_batch_size = 1 + (i % 16);
+    checksum += memfit::estimate(rc).allocated_peak_bytes % 1000003;
+  }
+  const double per_cpu_estimate = seconds_since(t0) / estimate_runs;
+
   const std::vector<memfit::alloc::Event> trace = step_trace();
   t0 = clock::now();
   const int sim_runs = runs_of(200);
@@ -130,7 +151,9 @@ int main(int argc, char** argv) {
   std::printf("estimate_json, first call:                 %8.3f ms\n", first * 1e3);
   std::printf("estimate_json (parse config + estimate):   %8.3f ms per call\n", per_json * 1e3);
   std::printf("estimate (parsed request), batch 1..16:     %8.2f us each\n", per_estimate * 1e6);
+  std::printf("estimate, same request on CPU (no allocator): %6.2f us each\n", per_cpu_estimate * 1e6);
   std::printf("plan, 8 GPUs (%zu layouts, search + grid): %8.3f ms per plan\n", candidates, per_plan * 1e3);
+  std::printf("plan, 1 GPU (%zu layouts, simulated reserved): %6.3f ms per plan\n", candidates1, per_plan1 * 1e3);
   std::printf("allocator replay, %zu-event step trace:  %8.3f us per replay\n", trace.size(), per_sim * 1e6);
   std::printf("schedule peak (periodic shortcut):          %8.3f us each\n", per_schedule * 1e6);
   std::printf("schedule trace + allocator replay (%zu ev): %8.3f us each\n", schedule_events, per_schedule_sim * 1e6);
