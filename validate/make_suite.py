@@ -482,6 +482,21 @@ def pattern_cases():
         named("gpt2", 2, 3, 1024, precision="amp_bf16",
               attention="sdpa", gradient_checkpointing=True, optimizer="sgd", micro_batch_size=3,
               sequence_length=128),
+        # autocast without checkpointing, the top layer's backward as the peak: a Linear's node
+        # releases its half weight copy, and its half weight gradient is freed once cast to the
+        # fp32 .grad, before the next node runs (GPT-2's and BLOOM's MLP, GPTBigCode's attention)
+        named("gpt2", 3, 2, 2048, precision="amp_bf16", attention="eager", optimizer="sgd",
+              micro_batch_size=2, sequence_length=96),
+        named("gpt2", 2.5, 3, 1024, precision="amp_bf16", attention="eager", optimizer="adafactor",
+              micro_batch_size=1, sequence_length=192),
+        named("bloom", 1.5, 3, 2048, precision="amp_bf16", attention="eager", optimizer="adafactor",
+              micro_batch_size=2, sequence_length=64),
+        named("bloom", 2, 2, 1024, precision="amp_bf16", attention="eager", optimizer="sgd",
+              micro_batch_size=1, sequence_length=128),
+        named("gpt_bigcode", 3, 3, 1024, precision="amp_bf16", attention="sdpa", optimizer="adamw_fused",
+              micro_batch_size=2, sequence_length=96),
+        named("gpt_bigcode", 2, 2, 2048, precision="amp_bf16", attention="eager", optimizer="sgd",
+              micro_batch_size=3, sequence_length=64),
         named("gpt2", 2, 3, 2048, task="lora",
               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
               micro_batch_size=2, sequence_length=256,

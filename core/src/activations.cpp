@@ -1028,6 +1028,12 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       out.moe_weight_grad_moment = sub_floor(made, released);
     }
   }
+  // Autocast without checkpointing keeps every Linear's half weight copy from the forward (states.cpp
+  // casts); the down projection's (dense MLPs) is the one its node releases in the MLP's backward.
+  const bool amp_casts_kept = d.amp && !r.gradient_checkpointing && r.task != Task::Qlora && !g.frozen;
+  u64 down_cast = 0;
+  for (const Linear& lin : g.linears)
+    if (amp_casts_kept && lin.input == LinearInput::MlpHidden && !lin.routed) down_cast = add(down_cast, mul(2, lin.weight_params()));
   if (!g.moe) {
     const bool down_lora = !full && down_in.shared;  // an adapter on down_proj (it keeps the input)
     const u64 many = (m.mlp == MlpKind::Gated || down_lora) ? 3 : 2;
@@ -1048,6 +1054,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
     mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
     mlp_at_down = mul(tokens, add(mul(d.residual, h), at_dgrad));
+    if (amp_casts_kept) {
+      // Autocast, no checkpointing: the down projection's node releases its saved half weight copy
+      // with its input, and its half weight gradient is cast to the fp32 .grad (ToCopyBackward,
+      // estimate.cpp's down_grad) and freed before the activation's backward runs: at the moments
+      // after the node, one cast fewer is alive and no half gradient (measured, op-by-op live
+      // bytes of tuning-shaped gpt2/h384-L2-V2048/full/amp_bf16/nogc/eager/b2s96/sgd: c_proj's
+      // bf16 [1536, 384] copy freed right after its addmm backward, its bf16 gradient right after
+      // the fp32 cast, both before gelu_new's first mul backward).
+      const u64 later = sub_floor(mul(tokens, std::max(after, at_act)), down_cast);
+      mlp_bwd = add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later));
+    }
   }
   // A parallel block's MLP Linears read the first norm's output: what they keep of it (LoRA's own
   // casts and rank-r outputs, autocast's half casts, the output itself when only they read it)
@@ -1082,6 +1099,17 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // gradients are added to it in estimate.cpp before that subtraction)
   out.attention_backward_gross = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)));
   out.attention_released = attn_released;
+  if (amp_casts_kept && !g.moe) {
+    // Autocast, no checkpointing: by the attention's worst backward moment the MLP's and the
+    // output projection's nodes have run and released their half weight copies, and each half
+    // weight gradient has been cast to its fp32 .grad and freed (measured, op-by-op live bytes of
+    // tuning-shaped bloom/h256-L2-V1024/full/amp_bf16/nogc/eager/b1s128/sgd: the bf16 copies of
+    // dense_4h_to_h, dense_h_to_4h and dense freed after their addmm backward, no bf16 weight
+    // gradient alive at _softmax_backward_data).
+    for (const Linear& lin : g.linears)
+      if (!lin.routed && (lin.input == LinearInput::MlpIn || lin.input == LinearInput::MlpHidden || lin.input == LinearInput::AttnOut))
+        out.attention_released = add(out.attention_released, mul(2, lin.weight_params()));
+  }
   out.attention_backward_unfused = unfused_attention;
   out.mlp_backward_transient = mlp_bwd;
   out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
@@ -1093,8 +1121,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
     out.backward_transient = add(out.backward_transient, mul(2, biggest));
     out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
-    out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
-    out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
+    if (!amp_casts_kept || g.moe) out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
+    if (!amp_casts_kept || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
     out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
   }
   if (r.task == Task::Qlora && r.quantization != Quantization::None) {
