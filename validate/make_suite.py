@@ -497,6 +497,14 @@ def pattern_cases():
               micro_batch_size=2, sequence_length=96),
         named("gpt_bigcode", 2, 2, 2048, precision="amp_bf16", attention="eager", optimizer="sgd",
               micro_batch_size=3, sequence_length=64),
+        # a checkpointed eager forward of an fp32 model: softmax(dtype=float32) of fp32 scores makes
+        # no copy, so at most two [b, nh, s, s] are alive (StarCoder2: LoRA on the attention)
+        named("starcoder2", 2, 3, 1024, task="lora", attention="eager", gradient_checkpointing=True,
+              optimizer="sgd", micro_batch_size=2, sequence_length=256,
+              lora={"rank": 16, "alpha": 32, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
+        named("starcoder2", 1, 2, 4096, task="lora", precision="bf16", attention="eager",
+              gradient_checkpointing=True, micro_batch_size=4, sequence_length=128,
+              lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
         named("gpt2", 2, 3, 2048, task="lora",
               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
               micro_batch_size=2, sequence_length=256,

@@ -1196,7 +1196,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     mlp_live = mul(act_saves == 4 ? 4 : 2, p, g.mlp_intermediate);
   }
   const u64 attn_live = mul(p, add(add(qw, mul(2, kw)), ow));
-  u64 inf_s = r.attention == AttentionImpl::Eager ? mul(a, add(mul(2, p), fp32_softmax ? 4 : 0)) : 0;
+  u64 inf_s = r.attention == AttentionImpl::Eager ? mul(a, add(mul(2, p), fp32_softmax && p != 4 ? 4 : 0)) : 0;
   // Falcon (eager): scores, scores + mask and the softmax are alive at once, and each decoder
   // layer returns its attention probabilities, which the model's loop keeps through the next
   // layer's forward (measured, falcon/lora/fp32/gc/eager forward peak)
