@@ -734,6 +734,10 @@ def pattern_cases():
         named("qwen3_moe", 4, 3, 2048,
               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
               micro_batch_size=1, sequence_length=256),
+        # ... and with fused AdamW, a setup the tensor schedule covers (the norm's pow backward)
+        named("qwen3_moe", 4, 2, 1024,
+              precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="adamw_fused",
+              micro_batch_size=2, sequence_length=128),
     ]
 
 
