@@ -733,6 +733,34 @@ def pattern_cases():
               gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
         named("opt", 1, 2, 1024, attention="eager",
               gradient_checkpointing=True, micro_batch_size=2, sequence_length=640),
+        # round 6: StableLM bf16 LoRA on every linear under checkpointing (the fp32 adapters'
+        # gradients in the recomputed MLP's backward), with and without accumulation
+        named("stablelm", 3, 2, 1024, task="lora",
+              precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=4,
+              sequence_length=128, gradient_accumulation_steps=2,
+              lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        named("stablelm", 2, 3, 2048, task="lora",
+              precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=4,
+              sequence_length=192, gradient_accumulation_steps=2,
+              lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        named("stablelm", 3, 2, 1024, task="lora",
+              precision="bf16", attention="eager", gradient_checkpointing=True, micro_batch_size=4,
+              sequence_length=192, lora={"rank": 32, "alpha": 64, "targets": "all-linear", "dropout": 0.0}),
+        # round 6: Qwen3-MoE bf16 full training under checkpointing with SGD (no optimizer state):
+        # layer 0's post-attention RMSNorm backward with every expert stack's gradient present
+        named("qwen3_moe", 4, 2, 1024,
+              precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+              micro_batch_size=2, sequence_length=128),
+        named("qwen3_moe", 3, 2, 1024,
+              precision="bf16", attention="eager", gradient_checkpointing=True, optimizer="sgd",
+              micro_batch_size=2, sequence_length=96),
+        named("qwen3_moe", 4, 3, 2048,
+              precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="sgd",
+              micro_batch_size=1, sequence_length=256),
+        # ... and with fused AdamW, a setup the tensor schedule covers (the norm's pow backward)
+        named("qwen3_moe", 4, 2, 1024,
+              precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="adamw_fused",
+              micro_batch_size=2, sequence_length=128),
     ]
 
 

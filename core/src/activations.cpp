@@ -79,7 +79,12 @@ u64 activation_saves(const std::string& act) {
 // - norm_fp32_one_plus_weight, post_norms: Gemma's RMSNorm; Gemma2/3 post-attention and
 //   post-feedforward norms. qk_norm_*: Qwen3 / Gemma3 per head, OLMo2 over the width.
 // - rotary_by_cat: Phi, Phi-3, StableLM and GPT-NeoX concatenate the rotary and pass-through parts.
-// - block_keeps_attn_output: GPT2Block / GPTBigCodeBlock.
+// - block_keeps_attn_output: GPT2Block / GPTBigCodeBlock; StableLmDecoderLayer (self_attn_output).
+// - block_keeps_first_norm_output: StableLmDecoderLayer.forward binds `hidden_states =
+//   self.input_layernorm(hidden_states)` and, in the sequential branch, runs
+//   `self.mlp(self.post_attention_layernorm(residual))` without rebinding it: the first norm's
+//   output and `self_attn_output` stay locals until the layer returns (Llama-like layers rebind
+//   hidden_states to the residual sum, which frees both).
 // - fp32_router, fp32_route_weights, sigmoid_gated_shared_expert: DeepSeek-V3's fp32 router,
 //   Mixtral's fp32 softmax weights, Qwen2-MoE's gated shared expert. shared_expert_first:
 //   Qwen2MoeSparseMoeBlock.forward calls shared_expert before the router and the experts
@@ -106,7 +111,8 @@ constexpr FamilyActivations kFamilyActivations[] = {
     {.family = "gpt_neox", .v_view_of_fused_qkv = true, .rotary_by_cat = true},
     {.family = "phi", .rotary_by_cat = true},
     {.family = "phi3", .rotary_by_cat = true},
-    {.family = "stablelm", .rotary_by_cat = true},
+    {.family = "stablelm", .rotary_by_cat = true, .block_keeps_attn_output = true,
+     .block_keeps_first_norm_output = true},
     {.family = "gemma", .norm_fp32_one_plus_weight = true},
     {.family = "gemma2", .norm_fp32_one_plus_weight = true, .post_norms = true},
     {.family = "gemma3_text", .norm_fp32_one_plus_weight = true, .qk_norm_per_head = true, .post_norms = true},
@@ -193,6 +199,34 @@ ModuleImpl module_impl(const Request& r) {
   for (const auto& [f, impl] : kOwnModules)
     if (f == r.runtime.framework) return impl;
   return {};
+}
+
+/// The backward of a sequential block's second norm when it is an RMSNorm written in Python ops
+/// over fp32 (Transformers' LlamaRMSNorm and its copies: `x.to(float32)`, `pow(2).mean(-1)`,
+/// `rsqrt`, `x * rsqrt`, `.to(input_dtype)`, `weight *`; Gemma's multiplies by (1 + weight) in
+/// fp32 first). It runs after the MLP block's backward, which has released everything the MLP
+/// saved (and, in MoE layers, made every expert's weight gradient); the norm's weight node has
+/// released its normalised half copy, its fp32 input and rsqrt stay. At pow's backward
+/// (derivatives.yaml pow.Tensor_Scalar: pow_backward = grad * (exponent * self.pow(exponent - 1));
+/// mean.dim: mean_backward expands grad and divides by h) five fp32 [T, h] are alive: the mul
+/// node's input gradient waiting for the pow path's, mean's divided gradient, self.pow(1),
+/// 2 * it and their product; the residual stream's gradient waits beside them. Measured, peak
+/// dump of tuning case qwen3_moe/h512-L2-V1024/full/bf16/gc/sdpa/b2s128/sgd at layer 0's mul:
+/// three mul, a div, a pow and one _to_copy fp32 [2, 128, 512] beyond the attention's saved
+/// tensors, a bf16 [2, 128, 512] add, and both layers' expert stacks' gradients (-3.2 % without
+/// this moment). Extra live bytes beyond the layer's saved total (0: no such moment).
+u64 mlp_norm_backward(const ModelSpec& m, const Request& r, u64 mlp_saved, u64 mlp_norm, u64 tokens,
+                      u64 per_layer_const) {
+  const ModuleImpl impl = module_impl(r);
+  if (m.parallel_block || m.norm != NormKind::RMSNorm || r.runtime.compile || impl.norm_normalised_fp32) return 0;
+  const Dtypes d = dtypes_for(r);
+  const u64 h = m.hidden;
+  // the normalised half copy a trained weight's mul keeps (norm() in layer_activations)
+  const bool gemma_norm = family_activations(m).norm_fp32_one_plus_weight;
+  const u64 x_hat = r.task == Task::Full ? mul((d.residual == 2 && !gemma_norm) ? 2 : 4, h) : 0;
+  const u64 live = mul(tokens, add(mul(d.residual, h), mul(5, 4, h)));
+  const u64 released = add(mul(tokens, sub_floor(mlp_saved, sub_floor(mlp_norm, x_hat))), per_layer_const);
+  return sub_floor(live, released);
 }
 
 }  // namespace
@@ -378,6 +412,9 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   std::initializer_list<LinearInput> attn_readers = {LinearInput::AttnIn};
   std::initializer_list<LinearInput> shared_readers = {LinearInput::AttnIn, LinearInput::MlpIn};
   const SlotKeep attn_in = slot(m.parallel_block ? shared_readers : attn_readers, h, norm_out);
+  // the first norm's output as a block local (FamilyActivations::block_keeps_first_norm_output)
+  const u64 first_norm_local =
+      fam.block_keeps_first_norm_output && !m.parallel_block && !attn_in.shared ? mul(norm_out, h) : 0;
   keep_hidden(attn_in.extra);
   if (attn_in.shared) keep_hidden(mul(norm_out, h));
   held_by_ctx(attn_in, mul(norm_out, h));
@@ -916,10 +953,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
     // a local until the block returns: a [T, h] alive through the MLP that nothing saves
     // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
-    if (fam.block_keeps_attn_output) {
-      mlp_fwd_point = add(mlp_fwd_point, mul(p, h));
-      mlp_recompute_point = add(mlp_recompute_point, mul(p, h));
-    }
+    // StableLM keeps its first norm's output too, a tensor of its own unless the attention's
+    // Linears keep it (trained, or adapters in its dtype) or the MLP reads it (parallel block).
+    // Measured, peak dump of tuning case
+    // stablelm/h384-L2-V1024/lora-r16-all/bf16/gc/eager/b4s128/adamw/gas2 at the recomputed
+    // up_proj's `* scaling`: both bf16 native_layer_norm outputs and o_proj's bf16 output beside
+    // the six fp32 adapter input casts, -2.2 % without these two [T, h].
+    const u64 block_locals = add(fam.block_keeps_attn_output ? mul(p, h) : 0, first_norm_local);
+    mlp_fwd_point = add(mlp_fwd_point, block_locals);
+    mlp_recompute_point = add(mlp_recompute_point, block_locals);
   }
   keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
   if (post_norms) keep_hidden(norm(false));
@@ -1081,6 +1123,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // mixtral/h128-L3-V2048/lora-r8-all/fp32/gc/eager/b1s768/adamw: at the recomputed layer's
   // _softmax_backward_data no [4, 896, 128] beside the parameters)
   const u64 attn_released = add(mul(tokens, add(add(mlp_saved, attn_tail), mlp_readers)), per_layer_const);
+  out.mlp_norm_backward = mlp_norm_backward(m, r, mlp_saved, mlp_norm, tokens, per_layer_const);
   const u64 attn_bwd = sub_floor(add(mul(tokens, bwd_tok), mul(bwd_s, tokens, s)), attn_released);
   // Gradients of the attention moment besides the score terms: three [T, h] in general; at eager
   // softmax's backward the residual stream's incoming gradient only in a sequential block, also
@@ -1186,7 +1229,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // Python ops (gelu_new) holds fc1's output and three of its temporaries, other activations
   // fc1 out + act out; a fused-expert MoE holds per routed slot the gathered input, the gate_up
   // output, act out and the product. Attention holds q, k, v and its output.
-  const u64 hidden_live = mul(fam.block_keeps_attn_output ? 5 : 4, d.residual, h);
+  // (StableLM also its first norm's output, FamilyActivations::block_keeps_first_norm_output)
+  const u64 block_local_count =
+      (fam.block_keeps_attn_output ? 1 : 0) + (fam.block_keeps_first_norm_output && !m.parallel_block ? 1 : 0);
+  const u64 hidden_live = mul(add(4, block_local_count), d.residual, h);
   u64 mlp_live = 0;
   if (g.moe) {
     mlp_live = mul(moe_slots, p, add(h, mul(4, g.mlp_intermediate)));

@@ -42,6 +42,7 @@ struct FamilyActivations {
   bool rotary_by_cat = false;            ///< rotated q/k built by cat of rotary and pass-through parts
   bool post_norms = false;               ///< norms after attention and MLP, before the residual add
   bool block_keeps_attn_output = false;  ///< the block keeps attn_output as a local through the MLP
+  bool block_keeps_first_norm_output = false;  ///< the block keeps its first norm's output as a local through the MLP
   bool fp32_router = false;              ///< MoE router scores in fp32
   bool fp32_route_weights = false;       ///< MoE routing weights stay fp32
   bool sigmoid_gated_shared_expert = false;  ///< the shared expert's output is gated by a sigmoid
@@ -90,6 +91,9 @@ struct LayerActivations {
   u64 shared_expert_backward = 0;
   u64 moe_weight_grad_moment = 0;        ///< trained fused experts: extra live at gate_up's weight gradient
                                          ///< (the new [E, h, 2i] stack gradient; the layer's own .grad not included)
+  /// A sequential block's second RMSNorm (Python ops over fp32): extra live at its backward, after
+  /// the MLP block's, beyond what the layer saves less what the MLP block has released; 0: no such norm
+  u64 mlp_norm_backward = 0;
   u64 attention_backward_gross = 0;      ///< attention_backward_transient before attention_released is taken off
   u64 attention_released = 0;            ///< saved tensors of the layer (its MLP, the attention block's tail)
                                          ///< already released at the attention block's worst backward moment

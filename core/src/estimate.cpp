@@ -79,6 +79,24 @@ Request activation_view(const Request& r, MixedMode mixed) {
   return a;
 }
 
+/// The gradients of a layer's MLP block (its Linears reading the second norm's output or the
+/// intermediate: experts, router, shared expert; under LoRA their adapters), the rank's share:
+/// what the block's backward has made when the second norm's backward runs. (PEFT's parametrised
+/// experts' adapter gradients are left out.)
+u64 mlp_block_grads(const Request& r, const LayerGroup& g, const TrainableLinears& t, u64 grads, u64 total_t) {
+  if (g.frozen) return 0;
+  u64 block_t = 0;
+  for (size_t j = 0; j < g.linears.size() && j < t.saves_input.size(); ++j) {
+    const Linear& lin = g.linears[j];
+    if (lin.input != LinearInput::MlpIn && lin.input != LinearInput::MlpHidden) continue;
+    if (lin.routed && !g.moe) continue;
+    if (r.task == Task::Full) block_t = add(block_t, lin.params());
+    else if (r.lora.rank > 0 && t.saves_input[j] && !lin.routed)
+      block_t = add(block_t, mul(r.lora.rank, add(lin.in, lin.out)));
+  }
+  return scale(grads, block_t, total_t);
+}
+
 std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
                                      const RankStates& rs) {
   const Request ar = activation_view(r, l.mixed);
@@ -107,7 +125,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
 
   struct Run {
     u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads, mlp_at_down,
-        moe_wgrad, moe_down_grad, shared_bwd, shared_grad;
+        moe_wgrad, moe_down_grad, shared_bwd, shared_grad, norm_bwd, norm_grad;
   };
   std::vector<Run> runs;
   u64 A = 0, casts_total = 0, fwd_t_max = 0;
@@ -126,6 +144,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
       la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
       la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = la.shared_expert_backward = 0;
+      la.mlp_norm_backward = 0;
     }
     const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
     const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
@@ -240,7 +259,8 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     }
     runs.push_back({count, kept, la.recomputed, la.backward_transient, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
                     la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down,
-                    la.moe_weight_grad_moment, moe_down_grad, la.shared_expert_backward, shared_grad});
+                    la.moe_weight_grad_moment, moe_down_grad, la.shared_expert_backward, shared_grad, la.mlp_norm_backward,
+                    mlp_block_grads(r, m.groups[i], s.linears[i], rs.grads, total_t)});
     A = add(A, mul(count, kept));
     ctx_graph = add(ctx_graph, mul(count, mul(in_flight, la.checkpoint_ctx_held)));
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
@@ -483,11 +503,14 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
       // attention block's tail have released by then)
       // (trained fused experts: also gate_up's weight-gradient moment, activations.cpp; with
       // gradients kept the down stack's is accumulated by then)
+      // (the second norm's backward, activations.cpp mlp_norm_backward: by then the MLP block's
+      // weight gradients exist)
       const u64 bwd_t = grads_grow ? std::max({add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released),
                                              g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0,
-                                             g.shared_bwd > 0 ? add(g.shared_bwd, g.shared_grad) : 0})
+                                             g.shared_bwd > 0 ? add(g.shared_bwd, g.shared_grad) : 0,
+                                             g.norm_bwd > 0 ? add(g.norm_bwd, g.norm_grad) : 0})
                                    : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released),
-                                               g.moe_wgrad, g.shared_bwd});
+                                               g.moe_wgrad, g.shared_bwd, g.norm_bwd});
       const u64 layer_t =
           gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
       p.parts["temporary_buffers"] = add(layer_t, role.head ? head_waiting : 0);

@@ -65,8 +65,16 @@ const Shape T1 = shape(Sym::T);
 
 /// LlamaRMSNorm in fp32 [L]: pow(2) [D: saves self, the input], mean, +eps, rsqrt [D: saves
 /// result], x * rsqrt (kept by the weight's mul for the weight gradient [D]), weight * x_hat.
+/// The pow path's backward makes the input's second gradient while x * rsqrt's waits: mean's
+/// backward expands and divides, pow_backward is grad * (exponent * self.pow(exponent - 1)) [D],
+/// three fp32 [T, h] temporaries beside its result (peak dump of tuning case
+/// qwen3_moe/h512-L2-V1024/full/bf16/gc/sdpa/b2s128/sgd at post_attention_layernorm's backward:
+/// three mul, a div and a pow fp32 [2, 128, 512]). (The two are summed before the upcast's
+/// backward; the list's chain carries the pow path's.)
 void rms_norm(OpList& l, std::string_view p) {
-  l.push_back({p == "norm1" ? "norm1.pow" : "norm2.pow", "pow", TH, Dt::F32, false, {}, kNone});
+  l.push_back({p == "norm1" ? "norm1.pow" : "norm2.pow", "pow", TH, Dt::F32, false, {}, TH, kNone, Dt::Model,
+               Dt::F32});
+  l.back().backward_temps = 3;
   l.push_back({p == "norm1" ? "norm1.mean" : "norm2.mean", "mean", T1, Dt::F32, false, {}, kNone});
   l.push_back({p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", "rsqrt", T1, Dt::F32, true, {}, kNone});
   l.push_back({p == "norm1" ? "norm1.x_hat" : "norm2.x_hat", "mul", TH, Dt::F32, true, {}, TH, kNone,

@@ -306,6 +306,12 @@ OpList stablelm_layer(const LayerSetup& s) {
   // (as Starcoder2's [T]; tuning case stablelm/h128-L2-V1024/full/bf16/gc/eager/b1s768/adamw)
   if (s.half) edit_softmax_of_half_scores(l, s.softmax_half_to_float);
   if (!s.full) edit_layernorm_lora(l, s.half);
+  // StableLmDecoderLayer.forward keeps `hidden_states = self.input_layernorm(...)` and
+  // `self_attn_output` as locals until it returns: the sequential branch rebinds neither [T]
+  // (peak dump of tuning case stablelm/h384-L2-V1024/lora-r16-all/bf16/gc/eager/b4s128/adamw/gas2
+  // at the recomputed up_proj's adapter: both LayerNorm outputs and o_proj's bf16 output alive)
+  for (std::string_view n : {"ln1.out", "o_proj.out"})
+    if (TensorOp* t = find_mut(l, n); t && !t->saved) t->dies_after = "mlp.residual";
   return l;
 }
 
@@ -1078,7 +1084,12 @@ void adapt_linear(OpList& l, const LoraNames& n, bool half, std::string_view inp
   // `* scaling` saves nothing; its backward scales the gradient into a new tensor in the adapter
   // dtype, the one lora_B's backward reads (as Llama's) [D: mul]
   e.push_back({n.scaled, "mul", out, Dt::Adapter, false, half ? n.sum : n.out, out, kNone, Dt::Model, Dt::Adapter});
-  if (half) e.push_back({n.sum, "add", out, Dt::F32, false, {}, out});
+  // result + adapter: add hands its gradient to both operands [D: add]; the frozen base's part is
+  // cast to the base output's dtype and waits at the base entry while the adapter's chain runs
+  // (under checkpointing through the recomputation lora_B's backward starts: peak dump of tuning
+  // case stablelm/h384-L2-V1024/lora-r16-all/bf16/gc/eager/b4s128/adamw/gas2, a bf16 [T, h]
+  // _to_copy beside the fp32 scaled gradient), as the Llama lists do
+  if (half) e.push_back({n.sum, "add", out, Dt::F32, false, {}, kNone, kNone, Dt::Model, Dt::Model, n.base});
   result.op = half ? "_to_copy" : "add";
   result.weight = kNone;
   result.bias = kNone;
