@@ -49,6 +49,7 @@ LATER_HOLDOUTS = [
     (5, 20261129, 160, "after the fourth holdout set's miss was fixed"),
     (6, 20261130, 160, "after the fifth holdout set's Falcon miss was fixed"),
     (7, 20261131, 160, "after the sixth holdout set's Qwen2-MoE miss was fixed"),
+    (8, 20261201, 160, "after the seventh holdout set's misses were fixed (2026-11-25 session)"),
 ]
 
 
