@@ -110,7 +110,8 @@ struct SmallPool {
   std::vector<size_t> live_at_peak, segment_at;
 };
 
-SmallPool small_pool(const std::vector<std::int64_t>& trace, const std::vector<std::string>& names) {
+/// `where`: also find the allocation each segment appears at (a few simulations per segment).
+SmallPool small_pool(const std::vector<std::int64_t>& trace, const std::vector<std::string>& names, bool where = true) {
   SmallPool p;
   const std::vector<std::int64_t> small = pool_only(trace, true);
   size_t n = 0;
@@ -134,7 +135,7 @@ SmallPool small_pool(const std::vector<std::int64_t>& trace, const std::vector<s
       p.peak_live = bytes;
       p.peak_at = a;
       p.live_at_peak.clear();
-      for (size_t k = 0; k <= a; ++k)
+      for (size_t k = 0; where && k <= a; ++k)
         if (alive[k]) p.live_at_peak.push_back(k);
     }
   }
@@ -145,7 +146,7 @@ SmallPool small_pool(const std::vector<std::int64_t>& trace, const std::vector<s
         .stats.peak_segments;
   };
   p.segments = segments_of(small.size());
-  for (u64 k = 1; k <= p.segments; ++k) {
+  for (u64 k = 1; where && k <= p.segments; ++k) {
     size_t lo = 1, hi = small.size();
     while (lo < hi) {
       const size_t mid = (lo + hi) / 2;
@@ -157,6 +158,20 @@ SmallPool small_pool(const std::vector<std::int64_t>& trace, const std::vector<s
     p.segment_at.push_back(a);
   }
   return p;
+}
+
+/// Why a case's reserved figures differ, from the two small pools (the large pools agree on every
+/// case): the live peaks need different numbers of 2 MiB segments, or one trace's history leaves
+/// its live peak in one segment more than it needs (fragmentation by the order and lifetimes of
+/// the small tensors) while the other's fits in the fewest.
+std::string miss_kind(const std::vector<std::int64_t>& real_trace, const std::vector<std::int64_t>& schedule_trace) {
+  const SmallPool real = small_pool(real_trace, {}, false), mine = small_pool(schedule_trace, {}, false);
+  auto fewest = [](const SmallPool& p) { return (p.peak_live + alloc::kSmallBuffer - 1) / alloc::kSmallBuffer; };
+  if (fewest(real) != fewest(mine)) return "where the small pools' live peaks need different segment counts";
+  if (real.segments == mine.segments) return "with equal small pools (the large pool differs)";
+  return real.segments > mine.segments
+             ? "where the real trace's small pool needs one segment more than its live peak (fragmentation), the schedule's none"
+             : "where the schedule's small pool needs one segment more than its live peak (fragmentation), the real trace's none";
 }
 
 u64 replayed_reserved(const std::vector<std::int64_t>& trace) {
@@ -250,6 +265,30 @@ TEST_CASE("a schedule over 2 % from the estimate does not set reserved alone", "
   CHECK(agree >= 40);
 }
 
+// Issue 9's comparison as a gate: over every covered case of the traced records, the large pools
+// (blocks > 1 MiB) of the real trace and the schedule reserve the same, and the estimator's
+// simulated reserved is within 3 % of the replayed real trace or one 2 MiB small-pool segment from
+// it. At these toy sizes (4-60 MiB reserved) one small-pool segment is 3-50 %, and where it differs
+// the two small pools' live peaks agree and one history fragments one segment more ([.alloc9] and
+// [.alloc9-diag] print the cases and why); the count within 3 % is printed, not asserted.
+TEST_CASE("simulated reserved matches the replayed real traces up to one small-pool segment", "[reserved]") {
+  int covered = 0, within = 0;
+  for (const auto& [name, c] : traced_cases()) {
+    const auto s = sched::step_setup(request_of(c.first));
+    if (!s) continue;
+    ++covered;
+    const std::vector<std::int64_t> st = sched::step_trace(*s);
+    const u64 real = replayed_reserved(c.second), sim = sched::simulated_reserved(*s, alloc::Config{});
+    INFO(name << ": replayed " << real << " B, simulated " << sim << " B");
+    CHECK(replayed_reserved(pool_only(c.second, false)) == replayed_reserved(pool_only(st, false)));
+    CHECK(std::max(sim, real) - std::min(sim, real) <= alloc::kSmallBuffer);
+    within += std::max(sim, real) - std::min(sim, real) <= real * 3 / 100;
+  }
+  std::printf("traced cases covered by the schedule: %d; simulated reserved within 3 %% of the replayed real trace: %d, "
+              "the others one 2 MiB small-pool segment off\n", covered, within);
+  CHECK(covered > 0);
+}
+
 // The evidence table of issue 9 (the estimator's simulated reserved vs the reserved replayed
 // from the real traces), printed by: build/native/tests/memfit_tests "[.alloc9]"
 TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
@@ -260,6 +299,7 @@ TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
   std::printf("| case | events (trace) | events (schedule) | replayed trace reserved MiB | estimator simulated reserved MiB | error %% | trace without scalars MiB | small pool MiB | large pool MiB |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   int covered = 0, within = 0, one_segment = 0, sensitive = 0, large_equal = 0;
+  std::map<std::string, std::vector<std::string>> misses;  // kind -> cases
   for (const auto& [name, c] : traced_cases()) {
     const auto s = sched::step_setup(request_of(c.first));
     if (!s) continue;
@@ -274,6 +314,7 @@ TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
     const std::vector<std::int64_t> st = sched::step_trace(*s);
     const u64 large_real = replayed_reserved(pool_only(c.second, false)), large_sim = replayed_reserved(pool_only(st, false));
     large_equal += large_real == large_sim;
+    if (std::abs(err) > 3.0) misses[miss_kind(c.second, st)].push_back(name);
     std::printf("| %s | %zu | %zu | %.3f | %.3f | %+.2f%s | %.3f | %.0f / %.0f | %.0f / %.0f |\n", name.c_str(),
                 c.second.size(), st.size(), double(real) / MiB, double(sim) / MiB, err, std::abs(err) > 3.0 ? " **!**" : "",
                 double(bare) / MiB, double(replayed_reserved(pool_only(c.second, true))) / MiB,
@@ -282,6 +323,27 @@ TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
   std::printf("\n%d traced cases covered by step_setup, %d within 3 %%, %d within one 2 MiB segment, %d with the large "
               "pool's reserved equal; %d of the real traces change their reserved when their scalars are dropped\n",
               covered, within, one_segment, large_equal, sensitive);
+  std::printf("\nThe cases over 3 %%, by what their small pools show ([.alloc9-diag] prints the details):\n");
+  for (const auto& [kind, names] : misses) {
+    std::printf("- %zu %s:", names.size(), kind.c_str());
+    for (const std::string& n : names) std::printf(" %s;", n.c_str());
+    std::printf("\n");
+  }
+  std::printf("Not a cause: the real traces' AdamW step counters (4 B each, one per parameter, in the first\n"
+              "optimizer step) and the 4 B `torch.tensor(1.0)` of each step are CPU-only here: foreach AdamW\n"
+              "keeps them on the host under CUDA (torch/optim/adam.py _init_group, _multi_tensor_adam);\n"
+              "dropping every never-freed allocation of <= 8 B from the real traces changes no case's segments.\n"
+              "Real tensors the lists lack, found by [.alloc9-diag] (both are CUDA allocations too):\n"
+              "- RMSNorm's backward through the variance (mul -> rsqrt -> mean -> pow, derivatives.yaml): the\n"
+              "  real traces hold up to five fp32 [T, h] tensors there, the lists one; it is the small pool's\n"
+              "  peak of qwen2/h128-L2-V1024/.../b2s512, 15 %% above the schedule's.\n"
+              "- the loss scalars: nll_loss_forward's output and total_weight (allocated before the logits\n"
+              "  die; total_weight dies in nll_loss's backward) and loss.backward()'s ones_like seed, alive\n"
+              "  through the backward: three 512 B blocks in the middle of the step's largest small blocks.\n"
+              "Both only move single blocks at these sizes: the segment counts follow the exact order of\n"
+              "every small allocation, and the real traces hold 20-80 %% more small allocations than the\n"
+              "lists (rotary and mask set-up, reductions' temporaries), so modelling one group fixes some\n"
+              "cases and breaks others.\n");
 }
 
 namespace {
