@@ -385,6 +385,26 @@ OpList embedding(const LayerSetup& s) {
   return l;
 }
 
+void push_loss(OpList& l, const LayerSetup& s) {
+  // the labels shifted by one: F.pad appends an ignore_index column ([b, s + 1] int64), alive
+  // until the loss function returns; the shifted copy (contiguous) is nll_loss's target, which
+  // it saves [D] and its backward releases (transformers loss/loss_utils.py ForCausalLMLoss)
+  l.push_back({.name = "loss.labels_padded", .op = "constant_pad_nd", .shape = shape(Sym::B, Sym::S1),
+               .dtype = Dt::I64, .dies_after = "loss.total_weight"});
+  l.push_back({.name = "loss.labels", .op = "contiguous", .shape = shape(Sym::T), .dtype = Dt::I64, .saved = true,
+               .released_by = "loss"});
+  l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
+               shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
+  // nll_loss_forward returns two 0-d fp32 tensors: the loss, which the training loop holds until
+  // loss.backward() has run, and total_weight, which nll_loss saves for its backward [D]
+  l.push_back({.name = "loss.value", .op = "nll_loss", .shape = shape(Sym::One), .dtype = Dt::F32,
+               .dies_after = "backward_end"});
+  l.push_back({.name = "loss.total_weight", .op = "nll_loss", .shape = shape(Sym::One), .dtype = Dt::F32,
+               .saved = true, .released_by = "loss"});
+  // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
+  l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+}
+
 OpList head_and_loss(const LayerSetup& s) {
   OpList l;
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
@@ -407,17 +427,15 @@ OpList head_and_loss(const LayerSetup& s) {
   // only, which needs the weight, not the input [D]) — kept by the model output either way
   // the model output holds the logits until the loop drops it (`del out`, as the Trainer keeps
   // only the loss) once the loss is computed; log_softmax keeps its own output, not its input [D]
-  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
+  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss.total_weight", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   // ForCausalLMLoss upcasts the logits (.float()), shifts the labels, cross_entropy =
   // log_softmax (saves its result [D]) + nll_loss; its local `logits` holds the fp32 copy until it
   // returns the loss (transformers loss/loss_utils.py; the tracker's traces free it after nll_loss)
-  if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, "loss", shape(Sym::T, Sym::V)});
-  l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
-  l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
-               shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
-  // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
-  l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+  if (s.half)
+    l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, "loss.total_weight",
+                 shape(Sym::T, Sym::V)});
+  push_loss(l, s);
   if (s.family && s.family->head) s.family->head(l, s);
   if (s.autocast) edit_autocast(l);
   return l;

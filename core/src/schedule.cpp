@@ -133,7 +133,7 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
     r.cast_bytes.push_back(cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0);
     size_t at = kKeep;
-    if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
+    if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end" && t.dies_after != "backward_end") {
       at = i + 1;
       for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
         if (l[j].name == t.dies_after) {
@@ -149,6 +149,7 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
   for (const TensorOp& t : l) r.carried.push_back(t.op == "carried");
   r.released_at.resize(l.size());
   for (size_t j = 0; j < l.size(); ++j) {
+    if (l[j].dies_after == "backward_end") continue;  // run() frees it when the backward is over
     size_t by = j;
     for (size_t k = j + 1; k < l.size() && !l[j].released_by.empty(); ++k)
       if (l[k].name == l[j].released_by) by = k;
@@ -520,6 +521,9 @@ void run(Sink& sink, const StepSetup& s) {
       };
       free_shared(!s.checkpointing);
       ListState h = forward(sink, head, carried, false, false);
+      // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
+      // backward returns (torch/autograd/__init__.py _make_grads)
+      const int seed = sink.alloc(4, "loss.grad_seed");
       const bool tied = s.tied_embeddings && s.layer.full;
       const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? tied_head : kKeep};
       int grad = backward(sink, head, h, -1, head_wg);
@@ -563,6 +567,9 @@ void run(Sink& sink, const StepSetup& s) {
         }
       }
       sink.free(grad);
+      sink.free(seed);
+      for (size_t i = 0; i < head_l.size(); ++i)  // what the loop held until its backward ran (the loss)
+        if (head_l[i].dies_after == "backward_end" && h.ids[i] >= 0) sink.free(h.ids[i]);
       sink.free(ids);
     }
     // optimizer: state at the first step, then the foreach temporaries (one per parameter)
@@ -612,7 +619,7 @@ void run(Sink& sink, const StepSetup& s) {
 std::string_view freed_after(const OpList& l, size_t i) {
   const TensorOp& t = l[i];
   if (t.saved) return {};
-  if (t.dies_after == "layer_out" || t.dies_after == "decoder_end") return t.dies_after;
+  if (t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "backward_end") return t.dies_after;
   size_t at = i + 1;
   for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
     if (l[j].name == t.dies_after) {
