@@ -165,7 +165,8 @@ void edit_half_precision(OpList& l, bool softmax_half_to_float) {
     TensorOp* xh = find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat");
     xh->saved = false;
     auto out = position(l, first ? "norm1.out" : "norm2.out");
-    l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
+    l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH, kNone,
+                   Dt::Model, Dt::F32});
   }
   // eager attention: softmax runs in fp32 and its half copy is what the PV matmul keeps [L]
   if (find_op(l, "attn.softmax")) {
@@ -413,7 +414,7 @@ OpList head_and_loss(const LayerSetup& s) {
     find_mut(l, "input")->saved = false;
     l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
     find_mut(l, "norm1.x_hat")->saved = false;
-    l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
+    l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH, kNone, Dt::Model, Dt::F32});
   }
   if (!s.full) {
     // a frozen norm and a frozen lm_head: mul and mm keep only what the weight gradient needs [D],
