@@ -65,12 +65,20 @@ const Shape T1 = shape(Sym::T);
 
 /// LlamaRMSNorm in fp32 [L]: pow(2) [D: saves self, the input], mean, +eps, rsqrt [D: saves
 /// result], x * rsqrt (kept by the weight's mul for the weight gradient [D]), weight * x_hat.
-void rms_norm(OpList& l, std::string_view p) {
-  l.push_back({p == "norm1" ? "norm1.pow" : "norm2.pow", "pow", TH, Dt::F32, false, {}, kNone});
-  l.push_back({p == "norm1" ? "norm1.mean" : "norm2.mean", "mean", T1, Dt::F32, false, {}, kNone});
-  l.push_back({p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", "rsqrt", T1, Dt::F32, true, {}, kNone});
-  l.push_back({p == "norm1" ? "norm1.x_hat" : "norm2.x_hat", "mul", TH, Dt::F32, true, {}, TH, kNone,
-               Dt::Model, Dt::F32});
+/// The backward runs both paths from x to x_hat [D]: mul's gradient of x (grad * rsqrt, [T, h]) waits
+/// at x (`input`: the tensor pow and the mul read) while its gradient of rsqrt (grad * x summed to
+/// [T, 1]) goes through rsqrt (-0.5 grad result^3), mean (grad expanded / h: [T, h]) and pow
+/// (2 x^1 grad: two [T, h] temporaries), whose [T, h] gradient of x is summed with the waiting one.
+void rms_norm(OpList& l, std::string_view p, std::string_view input) {
+  const Dt f = Dt::F32;
+  l.push_back({.name = p == "norm1" ? "norm1.pow" : "norm2.pow", .op = "pow", .shape = TH, .dtype = f,
+               .grad_input = TH, .grad_dtype = f, .backward_temps = 2});
+  l.push_back({.name = p == "norm1" ? "norm1.mean" : "norm2.mean", .op = "mean", .shape = T1, .dtype = f,
+               .grad_input = TH, .grad_dtype = f});
+  l.push_back({.name = p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", .op = "rsqrt", .shape = T1, .dtype = f,
+               .saved = true, .grad_input = T1, .grad_dtype = f, .backward_temps = 2});
+  l.push_back({.name = p == "norm1" ? "norm1.x_hat" : "norm2.x_hat", .op = "mul", .shape = TH, .dtype = f,
+               .saved = true, .grad_input = T1, .grad_dtype = f, .residual_of = input});
   l.push_back({p == "norm1" ? "norm1.out" : "norm2.out", "mul", TH, Dt::Model, true, {}, TH,
                shape(Sym::H)});
 }
@@ -110,7 +118,7 @@ OpList decoder_layer(const LayerSetup& s) {
   l.reserve(48);
   // the layer input (the previous layer's output): in fp32 norm1's pow saves it [D]
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
-  rms_norm(l, "norm1");
+  rms_norm(l, "norm1", "input");
   // q/k/v_proj: linear saves its input for the weight gradient [D: mm saves self] (norm1.out)
   l.push_back({"q_proj.out", "linear", TQ, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::Q)});
   l.push_back({"k_proj.out", "linear", TKV, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::KV)});
@@ -126,7 +134,7 @@ OpList decoder_layer(const LayerSetup& s) {
   l.push_back({"o_proj.out", "linear", TH, Dt::Model, false, "attn.residual", TQ, shape(Sym::Q, Sym::H)});
   // residual add: saves nothing [D]; norm2's pow saves it in fp32
   l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
-  rms_norm(l, "norm2");
+  rms_norm(l, "norm2", "attn.residual");
   // LlamaMLP [L]: down(silu(gate(x)) * up(x)); silu saves self, mul saves both operands [D]
   l.push_back({"gate_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
   l.push_back({"mlp.act", "silu", TI, Dt::Model, true, {}, TI});
@@ -162,8 +170,10 @@ void edit_half_precision(OpList& l, bool softmax_half_to_float) {
     auto at = position(l, first ? "norm1.pow" : "norm2.pow");
     // (its backward casts the fp32 gradient back to the input's dtype)
     at = l.insert(at, {first ? "norm1.upcast" : "norm2.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
+    at->sums_first = true;  // read by pow and by the x_hat mul
     TensorOp* xh = find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat");
     xh->saved = false;
+    xh->residual_of = first ? "norm1.upcast" : "norm2.upcast";
     auto out = position(l, first ? "norm1.out" : "norm2.out");
     l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH, kNone,
                    Dt::Model, Dt::F32});
@@ -409,11 +419,12 @@ void push_loss(OpList& l, const LayerSetup& s) {
 OpList head_and_loss(const LayerSetup& s) {
   OpList l;
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
-  rms_norm(l, "norm1");
+  rms_norm(l, "norm1", "input");
   if (s.half) {
     find_mut(l, "input")->saved = false;
-    l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
+    l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, TH})->sums_first = true;
     find_mut(l, "norm1.x_hat")->saved = false;
+    find_mut(l, "norm1.x_hat")->residual_of = "norm1.upcast";
     l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH, kNone, Dt::Model, Dt::F32});
   }
   if (!s.full) {

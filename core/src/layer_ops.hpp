@@ -117,6 +117,11 @@ struct TensorOp {
   /// keeps it for its recomputation until the backward of the decoder stack is over
   /// (torch.utils.checkpoint saves its tensor inputs), though it dies at "decoder_end" otherwise.
   bool checkpoint_input = false;
+  /// Read by two ops whose gradients meet here (RMSNorm's fp32 upcast, read by pow and by the x_hat
+  /// mul): the waiting gradient and the arriving one are summed out of place in this tensor's dtype
+  /// before its own backward runs. (Otherwise a gradient waiting at an entry whose backward makes an
+  /// input gradient is a LoRA base Linear's, which runs its backward on it first.)
+  bool sums_first = false;
 };
 
 using OpList = std::vector<TensorOp>;

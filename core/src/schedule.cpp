@@ -283,7 +283,7 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
     const int skip = pending[p].id;
     const bool in_place = pending[p].in_place;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-    if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place) {
+    if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place && !l[i].sums_first) {
       const int own = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
       if (!held(pending, skip)) sink.free(skip);  // a residual add further up may share it
       const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
@@ -295,7 +295,8 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
       if (!held(pending, grad)) sink.free(grad);
       grad = skip;
     } else if (grad != skip && grad >= 0) {
-      const int sum = sink.alloc(r.sum_bytes[i], "grad_sum");  // branch + skip, summed by autograd
+      // branch + skip, summed by autograd (in the tensor's own dtype where two readers' gradients meet)
+      const int sum = sink.alloc(l[i].sums_first ? r.bytes[i] : r.sum_bytes[i], "grad_sum");
       if (!held(pending, skip)) sink.free(skip);
       if (!held(pending, grad)) sink.free(grad);
       grad = sum;
@@ -332,7 +333,22 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
   if (r.bias_bytes[i] > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
   if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
     const bool cast = r.cast_bytes[i] > 0;
-    pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
+    const int part = cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad;
+    // autograd adds a gradient into the input buffer it reaches as soon as it is made: where a
+    // residual's skip gradient already waits (an fp32 RMSNorm's input, read by the residual add,
+    // pow and the x_hat mul), the two are summed now, out of place
+    auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) {
+      return p.target == r.skip_to[i] && !p.read && !p.in_place && p.id != part;
+    });
+    if (waiting == pending.end()) {
+      pending.push_back({r.skip_to[i], part});
+    } else {
+      const int sum = sink.alloc(r.sum_bytes[r.skip_to[i]], "grad_sum");
+      const int old = waiting->id;
+      waiting->id = sum;
+      if (!held(pending, old)) sink.free(old);
+      if (part != grad) sink.free(part);
+    }
   }
   auto accumulated = [&] {  // a later micro-batch's new weight (and bias) gradient, added into .grad
     std::vector<int> added;
@@ -636,7 +652,8 @@ std::vector<BackwardRow> backward_rows(const StepSetup& s, const OpList& l) {
   for (size_t i = l.size(); i-- > 0;) {
     const TensorOp& t = l[i];
     for (size_t j = i + 1; j < l.size(); ++j)
-      if (l[j].residual_of == t.name) rows.push_back({std::string(t.name) + ".grad_sum", bytes_of(s, t.shape, Dt::Model)});
+      if (l[j].residual_of == t.name)
+        rows.push_back({std::string(t.name) + ".grad_sum", bytes_of(s, t.shape, t.sums_first ? t.dtype : Dt::Model)});
     if (const u64 w = bytes_of(s, t.weight, t.weight_dtype); w > 0) rows.push_back({std::string(t.name) + ".weight_grad", w});
     if (const u64 g = bytes_of(s, t.grad_input, t.grad_dtype); g > 0)
       rows.push_back({std::string(t.name) + ".grad_input", g});
