@@ -169,6 +169,11 @@ bool check_pair(const Entry& e, const Recorded& x, const std::vector<Entry>& lis
   bool ok = op && x.bytes == e.bytes;
   const std::string fate = fate_of(x.died);
   if (e.freed_after == "layer_out") return ok;  // handed on: the next list decides
+  if (e.freed_after == "backward_end" && fate == "forward") {
+    add("freed", "the list keeps it until the backward has run, PyTorch freed it in the forward");
+    return false;
+  }
+  if (e.freed_after == "backward_end") return ok;
   if (e.saved && fate == "forward") {
     add("saved", "the list keeps it for backward, PyTorch freed it in the forward");
     return false;

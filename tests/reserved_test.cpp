@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -99,6 +100,80 @@ std::vector<std::int64_t> pool_only(const std::vector<std::int64_t>& trace, bool
   return out;
 }
 
+/// One trace's small pool, for the diagnosis: its allocations (sizes, names), the peak of live
+/// blocks and which are live then, and at which allocation each segment appears.
+struct SmallPool {
+  std::vector<std::int64_t> sizes;
+  std::vector<std::string> names;
+  u64 peak_live = 0, segments = 0;
+  size_t peak_at = 0;
+  std::vector<size_t> live_at_peak, segment_at;
+};
+
+/// `where`: also find the allocation each segment appears at (a few simulations per segment).
+SmallPool small_pool(const std::vector<std::int64_t>& trace, const std::vector<std::string>& names, bool where = true) {
+  SmallPool p;
+  const std::vector<std::int64_t> small = pool_only(trace, true);
+  size_t n = 0;
+  for (std::int64_t e : trace)
+    if (e > 0 && static_cast<u64>(e) <= alloc::kSmallSize) {
+      p.sizes.push_back(e);
+      if (!names.empty()) p.names.push_back(names.at(n));
+      ++n;
+    } else if (e > 0) {
+      ++n;
+    }
+  u64 bytes = 0;
+  std::vector<bool> alive(p.sizes.size(), false);
+  size_t allocs = 0;
+  for (std::int64_t e : small) {
+    const size_t a = e > 0 ? allocs++ : static_cast<size_t>(-e - 1);
+    const u64 b = alloc::rounded_size(static_cast<u64>(p.sizes[a]), alloc::Config{});
+    alive[a] = e > 0;
+    bytes = e > 0 ? bytes + b : bytes - b;
+    if (e > 0 && bytes > p.peak_live) {
+      p.peak_live = bytes;
+      p.peak_at = a;
+      p.live_at_peak.clear();
+      for (size_t k = 0; where && k <= a; ++k)
+        if (alive[k]) p.live_at_peak.push_back(k);
+    }
+  }
+  // segment k appears at the first allocation whose prefix of the trace needs k segments
+  // (the peak count of a prefix grows with its length: a binary search per segment)
+  auto segments_of = [&](size_t events) {
+    return alloc::simulate(alloc::events_from_signed({small.begin(), small.begin() + static_cast<std::ptrdiff_t>(events)}))
+        .stats.peak_segments;
+  };
+  p.segments = segments_of(small.size());
+  for (u64 k = 1; where && k <= p.segments; ++k) {
+    size_t lo = 1, hi = small.size();
+    while (lo < hi) {
+      const size_t mid = (lo + hi) / 2;
+      if (segments_of(mid) >= k) hi = mid;
+      else lo = mid + 1;
+    }
+    size_t a = 0;  // the allocation number of event lo - 1
+    for (size_t i = 0; i + 1 < lo; ++i) a += small[i] > 0;
+    p.segment_at.push_back(a);
+  }
+  return p;
+}
+
+/// Why a case's reserved figures differ, from the two small pools (the large pools agree on every
+/// case): the live peaks need different numbers of 2 MiB segments, or one trace's history leaves
+/// its live peak in one segment more than it needs (fragmentation by the order and lifetimes of
+/// the small tensors) while the other's fits in the fewest.
+std::string miss_kind(const std::vector<std::int64_t>& real_trace, const std::vector<std::int64_t>& schedule_trace) {
+  const SmallPool real = small_pool(real_trace, {}, false), mine = small_pool(schedule_trace, {}, false);
+  auto fewest = [](const SmallPool& p) { return (p.peak_live + alloc::kSmallBuffer - 1) / alloc::kSmallBuffer; };
+  if (fewest(real) != fewest(mine)) return "where the small pools' live peaks need different segment counts";
+  if (real.segments == mine.segments) return "with equal small pools (the large pool differs)";
+  return real.segments > mine.segments
+             ? "where the real trace's small pool needs one segment more than its live peak (fragmentation), the schedule's none"
+             : "where the schedule's small pool needs one segment more than its live peak (fragmentation), the real trace's none";
+}
+
 u64 replayed_reserved(const std::vector<std::int64_t>& trace) {
   return alloc::simulate(alloc::events_from_signed(trace)).stats.peak_reserved;
 }
@@ -190,6 +265,30 @@ TEST_CASE("a schedule over 2 % from the estimate does not set reserved alone", "
   CHECK(agree >= 40);
 }
 
+// Issue 9's comparison as a gate: over every covered case of the traced records, the large pools
+// (blocks > 1 MiB) of the real trace and the schedule reserve the same, and the estimator's
+// simulated reserved is within 3 % of the replayed real trace or one 2 MiB small-pool segment from
+// it. At these toy sizes (4-60 MiB reserved) one small-pool segment is 3-50 %, and where it differs
+// the two small pools' live peaks agree and one history fragments one segment more ([.alloc9] and
+// [.alloc9-diag] print the cases and why); the count within 3 % is printed, not asserted.
+TEST_CASE("simulated reserved matches the replayed real traces up to one small-pool segment", "[reserved]") {
+  int covered = 0, within = 0;
+  for (const auto& [name, c] : traced_cases()) {
+    const auto s = sched::step_setup(request_of(c.first));
+    if (!s) continue;
+    ++covered;
+    const std::vector<std::int64_t> st = sched::step_trace(*s);
+    const u64 real = replayed_reserved(c.second), sim = sched::simulated_reserved(*s, alloc::Config{});
+    INFO(name << ": replayed " << real << " B, simulated " << sim << " B");
+    CHECK(replayed_reserved(pool_only(c.second, false)) == replayed_reserved(pool_only(st, false)));
+    CHECK(std::max(sim, real) - std::min(sim, real) <= alloc::kSmallBuffer);
+    within += std::max(sim, real) - std::min(sim, real) <= real * 3 / 100;
+  }
+  std::printf("traced cases covered by the schedule: %d; simulated reserved within 3 %% of the replayed real trace: %d, "
+              "the others one 2 MiB small-pool segment off\n", covered, within);
+  CHECK(covered > 0);
+}
+
 // The evidence table of issue 9 (the estimator's simulated reserved vs the reserved replayed
 // from the real traces), printed by: build/native/tests/memfit_tests "[.alloc9]"
 TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
@@ -200,6 +299,9 @@ TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
   std::printf("| case | events (trace) | events (schedule) | replayed trace reserved MiB | estimator simulated reserved MiB | error %% | trace without scalars MiB | small pool MiB | large pool MiB |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   int covered = 0, within = 0, one_segment = 0, sensitive = 0, large_equal = 0;
+  std::map<std::string, std::vector<std::string>> misses;  // kind -> cases
+  double fewest_more = 1e9, most_more = 0, sum_more = 0;  // small allocations: real / schedule
+  int live_off = 0;  // cases whose small-pool live peaks differ by over 1 %
   for (const auto& [name, c] : traced_cases()) {
     const auto s = sched::step_setup(request_of(c.first));
     if (!s) continue;
@@ -214,6 +316,12 @@ TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
     const std::vector<std::int64_t> st = sched::step_trace(*s);
     const u64 large_real = replayed_reserved(pool_only(c.second, false)), large_sim = replayed_reserved(pool_only(st, false));
     large_equal += large_real == large_sim;
+    if (std::abs(err) > 3.0) misses[miss_kind(c.second, st)].push_back(name);
+    const SmallPool small_real = small_pool(c.second, {}, false), small_sim = small_pool(st, {}, false);
+    const double more = double(small_real.sizes.size()) / double(small_sim.sizes.size());
+    live_off += std::max(small_real.peak_live, small_sim.peak_live) - std::min(small_real.peak_live, small_sim.peak_live) >
+                small_real.peak_live / 100;
+    fewest_more = std::min(fewest_more, more), most_more = std::max(most_more, more), sum_more += more;
     std::printf("| %s | %zu | %zu | %.3f | %.3f | %+.2f%s | %.3f | %.0f / %.0f | %.0f / %.0f |\n", name.c_str(),
                 c.second.size(), st.size(), double(real) / MiB, double(sim) / MiB, err, std::abs(err) > 3.0 ? " **!**" : "",
                 double(bare) / MiB, double(replayed_reserved(pool_only(c.second, true))) / MiB,
@@ -222,6 +330,26 @@ TEST_CASE("[.alloc9] simulated reserved vs replayed real traces", "[.alloc9]") {
   std::printf("\n%d traced cases covered by step_setup, %d within 3 %%, %d within one 2 MiB segment, %d with the large "
               "pool's reserved equal; %d of the real traces change their reserved when their scalars are dropped\n",
               covered, within, one_segment, large_equal, sensitive);
+  std::printf("\nThe cases over 3 %%, by what their small pools show ([.alloc9-diag] prints the details):\n");
+  for (const auto& [kind, names] : misses) {
+    std::printf("- %zu %s:", names.size(), kind.c_str());
+    for (const std::string& n : names) std::printf(" %s;", n.c_str());
+    std::printf("\n");
+  }
+  std::printf("Not a cause: the real traces' AdamW step counters (4 B each, one per parameter, in the first\n"
+              "optimizer step) and the 4 B `torch.tensor(1.0)` of each step are CPU-only here: foreach AdamW\n"
+              "keeps them on the host under CUDA (torch/optim/adam.py _init_group, _multi_tensor_adam);\n"
+              "dropping every never-freed allocation of <= 8 B from the real traces changes no case's segments.\n"
+              "Found with [.alloc9-diag] and now in the lists: ForCausalLMLoss's padded labels, nll_loss's\n"
+              "loss and total_weight and loss.backward()'s seed (push_loss; the head's tensors then match the\n"
+              "recorded ones), and RMSNorm's backward through the variance (mul -> rsqrt -> mean -> pow, its\n"
+              "gradients of x summed; the small pools' live peaks of the RMSNorm families now agree within 1 %%).\n"
+              "The small pools' live peaks differ by over 1 %% on %d cases (LayerNorm families, eager b4s512).\n"
+              "The other misses are the order of the small allocations: the real traces hold %.0f-%.0f %% more\n"
+              "of them than the lists (%.0f %% on average: rotary and mask set-up, reductions' temporaries, the\n"
+              "checkpointed forward freeing saved tensors at their last use), and at 2-20 small segments one\n"
+              "block placed elsewhere moves a case by a segment either way.\n",
+              live_off, 100 * (fewest_more - 1), 100 * (most_more - 1), 100 * (sum_more / std::max(covered, 1) - 1));
 }
 
 namespace {
@@ -308,4 +436,59 @@ TEST_CASE("the periodic shortcut gives the full simulation's stats and segments,
   for (const auto& [conf, n] : by_conf)
     std::printf("  alloc_conf \"%s\": %zu extrapolated, %zu simulated in full\n", conf.c_str(), n.first, n.second);
   CHECK(extrapolated > 0);  // the shortcut is exercised, not only its fallback
+}
+
+// Diagnosis of the cases where the two reserved figures differ: build/native/tests/memfit_tests
+// "[.alloc9-diag]" (MEMFIT_ALLOC9_CASE=<substring> picks cases; default: every case whose
+// small pool differs). Per case and trace (the real one, the schedule's), the small pool's peak
+// of live blocks (512 B rounded), the fewest 2 MiB segments that holds it, the segments the
+// simulation needs, the allocation at which each segment appears (with the schedule's name),
+// and the blocks live at that peak by size.
+TEST_CASE("[.alloc9-diag] where the small pools of the real trace and the schedule part", "[.alloc9-diag]") {
+  const char* pick = std::getenv("MEMFIT_ALLOC9_CASE");
+  for (const auto& [name, c] : traced_cases()) {
+    if (pick && name.find(pick) == std::string::npos) continue;
+    const auto s = sched::step_setup(request_of(c.first));
+    if (!s) continue;
+    std::vector<std::string> names;
+    const std::vector<std::int64_t> st = sched::step_trace(*s, &names);
+    const SmallPool real = small_pool(c.second, {}), mine = small_pool(st, names);
+    if (!pick && real.segments == mine.segments) continue;
+    std::printf("## %s\n", name.c_str());
+    for (const auto& [label, p] : {std::pair<const char*, const SmallPool*>{"real trace", &real},
+                                   std::pair<const char*, const SmallPool*>{"schedule", &mine}}) {
+      const u64 fewest = (p->peak_live + alloc::kSmallBuffer - 1) / alloc::kSmallBuffer;
+      std::printf("  %-10s small pool: %zu allocations, peak live %.1f KiB at allocation %zu; %llu segments "
+                  "(%llu hold the peak: %.0f %% filled)\n    segment n appears at allocation:",
+                  label, p->sizes.size(), double(p->peak_live) / 1024, p->peak_at,
+                  static_cast<unsigned long long>(p->segments), static_cast<unsigned long long>(fewest),
+                  100.0 * double(p->peak_live) / double(p->segments * alloc::kSmallBuffer));
+      for (size_t a : p->segment_at)
+        std::printf(" %zu (%lld B%s%s)", a, static_cast<long long>(p->sizes[a]), p->names.empty() ? "" : " ",
+                    p->names.empty() ? "" : p->names[a].c_str());
+      std::printf("\n");
+    }
+    std::map<u64, std::pair<int, int>> by_size;  // rounded size -> live blocks at the peak (real, schedule)
+    for (size_t a : real.live_at_peak) ++by_size[alloc::rounded_size(static_cast<u64>(real.sizes[a]), alloc::Config{})].first;
+    for (size_t a : mine.live_at_peak) ++by_size[alloc::rounded_size(static_cast<u64>(mine.sizes[a]), alloc::Config{})].second;
+    std::printf("  blocks live at the peaks (block size: real / schedule):");
+    for (const auto& [size, n] : by_size)
+      if (n.first != n.second) std::printf(" %llu: %d / %d;", static_cast<unsigned long long>(size), n.first, n.second);
+    std::printf("\n");
+  }
+}
+
+// For scripts: every covered traced case's real trace and the schedule's (with the names of its
+// allocations) as JSON lines in $MEMFIT_ALLOC9_DUMP: build/native/tests/memfit_tests "[.alloc9-dump]"
+TEST_CASE("[.alloc9-dump] the traces of the covered traced cases as JSON lines", "[.alloc9-dump]") {
+  const char* path = std::getenv("MEMFIT_ALLOC9_DUMP");
+  REQUIRE(path);
+  std::ofstream out(path);
+  for (const auto& [name, c] : traced_cases()) {
+    const auto s = sched::step_setup(request_of(c.first));
+    if (!s) continue;
+    std::vector<std::string> names;
+    const std::vector<std::int64_t> st = sched::step_trace(*s, &names);
+    out << json{{"name", name}, {"real", c.second}, {"sched", st}, {"names", names}}.dump() << "\n";
+  }
 }

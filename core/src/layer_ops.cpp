@@ -65,20 +65,20 @@ const Shape T1 = shape(Sym::T);
 
 /// LlamaRMSNorm in fp32 [L]: pow(2) [D: saves self, the input], mean, +eps, rsqrt [D: saves
 /// result], x * rsqrt (kept by the weight's mul for the weight gradient [D]), weight * x_hat.
-/// The pow path's backward makes the input's second gradient while x * rsqrt's waits: mean's
-/// backward expands and divides, pow_backward is grad * (exponent * self.pow(exponent - 1)) [D],
-/// three fp32 [T, h] temporaries beside its result (peak dump of tuning case
-/// qwen3_moe/h512-L2-V1024/full/bf16/gc/sdpa/b2s128/sgd at post_attention_layernorm's backward:
-/// three mul, a div and a pow fp32 [2, 128, 512]). (The two are summed before the upcast's
-/// backward; the list's chain carries the pow path's.)
-void rms_norm(OpList& l, std::string_view p) {
-  l.push_back({p == "norm1" ? "norm1.pow" : "norm2.pow", "pow", TH, Dt::F32, false, {}, TH, kNone, Dt::Model,
-               Dt::F32});
-  l.back().backward_temps = 3;
-  l.push_back({p == "norm1" ? "norm1.mean" : "norm2.mean", "mean", T1, Dt::F32, false, {}, kNone});
-  l.push_back({p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", "rsqrt", T1, Dt::F32, true, {}, kNone});
-  l.push_back({p == "norm1" ? "norm1.x_hat" : "norm2.x_hat", "mul", TH, Dt::F32, true, {}, TH, kNone,
-               Dt::Model, Dt::F32});
+/// The backward runs both paths from x to x_hat [D]: mul's gradient of x (grad * rsqrt, [T, h]) waits
+/// at x (`input`: the tensor pow and the mul read) while its gradient of rsqrt (grad * x summed to
+/// [T, 1]) goes through rsqrt (-0.5 grad result^3), mean (grad expanded / h: [T, h]) and pow
+/// (2 x^1 grad: two [T, h] temporaries), whose [T, h] gradient of x is summed with the waiting one.
+void rms_norm(OpList& l, std::string_view p, std::string_view input) {
+  const Dt f = Dt::F32;
+  l.push_back({.name = p == "norm1" ? "norm1.pow" : "norm2.pow", .op = "pow", .shape = TH, .dtype = f,
+               .grad_input = TH, .grad_dtype = f, .backward_temps = 2});
+  l.push_back({.name = p == "norm1" ? "norm1.mean" : "norm2.mean", .op = "mean", .shape = T1, .dtype = f,
+               .grad_input = TH, .grad_dtype = f});
+  l.push_back({.name = p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", .op = "rsqrt", .shape = T1, .dtype = f,
+               .saved = true, .grad_input = T1, .grad_dtype = f, .backward_temps = 2});
+  l.push_back({.name = p == "norm1" ? "norm1.x_hat" : "norm2.x_hat", .op = "mul", .shape = TH, .dtype = f,
+               .saved = true, .grad_input = T1, .grad_dtype = f, .residual_of = input});
   l.push_back({p == "norm1" ? "norm1.out" : "norm2.out", "mul", TH, Dt::Model, true, {}, TH,
                shape(Sym::H)});
 }
@@ -118,7 +118,7 @@ OpList decoder_layer(const LayerSetup& s) {
   l.reserve(48);
   // the layer input (the previous layer's output): in fp32 norm1's pow saves it [D]
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
-  rms_norm(l, "norm1");
+  rms_norm(l, "norm1", "input");
   // q/k/v_proj: linear saves its input for the weight gradient [D: mm saves self] (norm1.out)
   l.push_back({"q_proj.out", "linear", TQ, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::Q)});
   l.push_back({"k_proj.out", "linear", TKV, Dt::Model, false, "k.rot", TH, shape(Sym::H, Sym::KV)});
@@ -134,7 +134,7 @@ OpList decoder_layer(const LayerSetup& s) {
   l.push_back({"o_proj.out", "linear", TH, Dt::Model, false, "attn.residual", TQ, shape(Sym::Q, Sym::H)});
   // residual add: saves nothing [D]; norm2's pow saves it in fp32
   l.push_back({"attn.residual", "add", TH, Dt::Model, true, {}, kNone, kNone, Dt::Model, Dt::Model, "input"});
-  rms_norm(l, "norm2");
+  rms_norm(l, "norm2", "attn.residual");
   // LlamaMLP [L]: down(silu(gate(x)) * up(x)); silu saves self, mul saves both operands [D]
   l.push_back({"gate_proj.out", "linear", TI, Dt::Model, true, {}, TH, shape(Sym::H, Sym::I)});
   l.push_back({"mlp.act", "silu", TI, Dt::Model, true, {}, TI});
@@ -170,10 +170,13 @@ void edit_half_precision(OpList& l, bool softmax_half_to_float) {
     auto at = position(l, first ? "norm1.pow" : "norm2.pow");
     // (its backward casts the fp32 gradient back to the input's dtype)
     at = l.insert(at, {first ? "norm1.upcast" : "norm2.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
+    at->sums_first = true;  // read by pow and by the x_hat mul
     TensorOp* xh = find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat");
     xh->saved = false;
+    xh->residual_of = first ? "norm1.upcast" : "norm2.upcast";
     auto out = position(l, first ? "norm1.out" : "norm2.out");
-    l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
+    l.insert(out, {first ? "norm1.x_hat_half" : "norm2.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH, kNone,
+                   Dt::Model, Dt::F32});
   }
   // eager attention: softmax runs in fp32 and its half copy is what the PV matmul keeps [L]
   if (find_op(l, "attn.softmax")) {
@@ -393,15 +396,36 @@ OpList embedding(const LayerSetup& s) {
   return l;
 }
 
+void push_loss(OpList& l, const LayerSetup& s) {
+  // the labels shifted by one: F.pad appends an ignore_index column ([b, s + 1] int64), alive
+  // until the loss function returns; the shifted copy (contiguous) is nll_loss's target, which
+  // it saves [D] and its backward releases (transformers loss/loss_utils.py ForCausalLMLoss)
+  l.push_back({.name = "loss.labels_padded", .op = "constant_pad_nd", .shape = shape(Sym::B, Sym::S1),
+               .dtype = Dt::I64, .dies_after = "loss.total_weight"});
+  l.push_back({.name = "loss.labels", .op = "contiguous", .shape = shape(Sym::T), .dtype = Dt::I64, .saved = true,
+               .released_by = "loss"});
+  l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
+               shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
+  // nll_loss_forward returns two 0-d fp32 tensors: the loss, which the training loop holds until
+  // loss.backward() has run, and total_weight, which nll_loss saves for its backward [D]
+  l.push_back({.name = "loss.value", .op = "nll_loss", .shape = shape(Sym::One), .dtype = Dt::F32,
+               .dies_after = "backward_end"});
+  l.push_back({.name = "loss.total_weight", .op = "nll_loss", .shape = shape(Sym::One), .dtype = Dt::F32,
+               .saved = true, .released_by = "loss"});
+  // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
+  l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+}
+
 OpList head_and_loss(const LayerSetup& s) {
   OpList l;
   l.push_back({"input", "carried", TH, Dt::Model, true, {}, kNone});
-  rms_norm(l, "norm1");
+  rms_norm(l, "norm1", "input");
   if (s.half) {
     find_mut(l, "input")->saved = false;
-    l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, TH});
+    l.insert(position(l, "norm1.pow"), {"norm1.upcast", "_to_copy", TH, Dt::F32, true, {}, TH})->sums_first = true;
     find_mut(l, "norm1.x_hat")->saved = false;
-    l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH});
+    find_mut(l, "norm1.x_hat")->residual_of = "norm1.upcast";
+    l.insert(position(l, "norm1.out"), {"norm1.x_hat_half", "_to_copy", TH, Dt::Model, true, {}, TH, kNone, Dt::Model, Dt::F32});
   }
   if (!s.full) {
     // a frozen norm and a frozen lm_head: mul and mm keep only what the weight gradient needs [D],
@@ -415,17 +439,15 @@ OpList head_and_loss(const LayerSetup& s) {
   // only, which needs the weight, not the input [D]) — kept by the model output either way
   // the model output holds the logits until the loop drops it (`del out`, as the Trainer keeps
   // only the loss) once the loss is computed; log_softmax keeps its own output, not its input [D]
-  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
+  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss.total_weight", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   // ForCausalLMLoss upcasts the logits (.float()), shifts the labels, cross_entropy =
   // log_softmax (saves its result [D]) + nll_loss; its local `logits` holds the fp32 copy until it
   // returns the loss (transformers loss/loss_utils.py; the tracker's traces free it after nll_loss)
-  if (s.half) l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, "loss", shape(Sym::T, Sym::V)});
-  l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
-  l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
-               shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
-  // nll_loss backward creates the [T, V] fp32 gradient of the log-probabilities [D]
-  l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+  if (s.half)
+    l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false, "loss.total_weight",
+                 shape(Sym::T, Sym::V)});
+  push_loss(l, s);
   if (s.family && s.family->head) s.family->head(l, s);
   if (s.autocast) edit_autocast(l);
   return l;

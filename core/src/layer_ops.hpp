@@ -91,6 +91,7 @@ struct TensorOp {
   /// A tensor not saved dies after the entry of this name has been created (its last consumer);
   /// "" = after the next entry. "layer_out": carried to the next layer (the residual stream).
   /// "next_layer": a checkpointed layer returns it (saved or not), alive until the next layer returns.
+  /// "backward_end": the training loop holds it until the micro-batch's backward has run (the loss).
   std::string_view dies_after{};
   Shape grad_input = kNone;     ///< what this op's backward creates: the gradient of its input
   Shape weight = kNone;         ///< a trained weight: its gradient appears in this op's backward
@@ -116,6 +117,11 @@ struct TensorOp {
   /// keeps it for its recomputation until the backward of the decoder stack is over
   /// (torch.utils.checkpoint saves its tensor inputs), though it dies at "decoder_end" otherwise.
   bool checkpoint_input = false;
+  /// Read by two ops whose gradients meet here (RMSNorm's fp32 upcast, read by pow and by the x_hat
+  /// mul): the waiting gradient and the arriving one are summed out of place in this tensor's dtype
+  /// before its own backward runs. (Otherwise a gradient waiting at an entry whose backward makes an
+  /// input gradient is a LoRA base Linear's, which runs its backward on it first.)
+  bool sums_first = false;
 };
 
 using OpList = std::vector<TensorOp>;
@@ -179,6 +185,9 @@ struct FamilyLists {
 [[nodiscard]] OpList embedding(const LayerSetup& s);
 /// Final norm, lm_head, the upcast and the cross-entropy of ForCausalLMLoss.
 [[nodiscard]] OpList head_and_loss(const LayerSetup& s);
+/// The tensors of ForCausalLMLoss after the logits (and their fp32 copy): the shifted labels, the
+/// log-probabilities, nll_loss's two scalars and the entry whose backward starts the chain.
+void push_loss(OpList& l, const LayerSetup& s);
 
 /// The edits, exposed for tests and for families that need them.
 void edit_half_precision(OpList& l, bool softmax_half_to_float = false);

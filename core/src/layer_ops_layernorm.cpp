@@ -816,9 +816,9 @@ OpList layernorm_head(const LayerSetup& s) {
     // loss is computed [M]
     for (TensorOp& t : l) t.weight = kNone, t.bias = kNone;
     find_mut(l, "ln_f.out")->saved = false;
-    find_mut(l, "ln_f.out")->dies_after = "loss.log_softmax";
+    find_mut(l, "ln_f.out")->dies_after = "loss.total_weight";
   }
-  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss", TH,
+  l.push_back({"logits", "linear", shape(Sym::T, Sym::V), Dt::Model, false, "loss.total_weight", TH,
                s.full ? shape(Sym::V, Sym::H) : kNone});
   if (s.full && s.head_bias) find_mut(l, "logits")->bias = shape(Sym::V);
   // CodeGen / GPT-Neo cast the logits to fp32 inside the model: the model output holds the fp32
@@ -826,11 +826,8 @@ OpList layernorm_head(const LayerSetup& s) {
   if (s.half && s.logits_fp32_in_model) find_mut(l, "logits")->dies_after = "loss.logits_fp32";
   if (s.half)
     l.push_back({"loss.logits_fp32", "_to_copy", shape(Sym::T, Sym::V), Dt::F32, false,
-                 "loss", shape(Sym::T, Sym::V)});
-  l.push_back({"loss.labels", "contiguous", shape(Sym::T), Dt::I64, true, {}, kNone});
-  l.push_back({"loss.log_softmax", "_log_softmax", shape(Sym::T, Sym::V), Dt::F32, true, {},
-               shape(Sym::T, Sym::V), kNone, Dt::Model, s.half ? Dt::F32 : Dt::Model});
-  l.push_back({"loss", "nll_loss", kNone, Dt::F32, true, {}, shape(Sym::T, Sym::V), kNone, Dt::Model, Dt::F32});
+                 "loss.total_weight", shape(Sym::T, Sym::V)});
+  push_loss(l, s);
   return l;
 }
 

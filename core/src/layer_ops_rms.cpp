@@ -371,7 +371,7 @@ void edit_autocast(OpList& l) {
     if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Half, t->grad_dtype = Dt::Half;
   // the logits: ForCausalLMLoss's .float() is a real copy of the half logits
   if (TensorOp* lg = find_mut(l, "logits"); lg && !find_mut(l, "loss.logits_fp32"))
-    l.insert(position(l, "loss.labels"), {"loss.logits_fp32", "_to_copy", lg->shape, Dt::F32, false, {}, lg->shape});
+    l.insert(position(l, "loss.labels_padded"), {"loss.logits_fp32", "_to_copy", lg->shape, Dt::F32, false, "loss.labels", lg->shape});
 }
 
 }  // namespace memfit::sched

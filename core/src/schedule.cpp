@@ -133,7 +133,7 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
     r.cast_bytes.push_back(cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0);
     size_t at = kKeep;
-    if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end") {
+    if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end" && t.dies_after != "backward_end") {
       at = i + 1;
       for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
         if (l[j].name == t.dies_after) {
@@ -149,6 +149,7 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
   for (const TensorOp& t : l) r.carried.push_back(t.op == "carried");
   r.released_at.resize(l.size());
   for (size_t j = 0; j < l.size(); ++j) {
+    if (l[j].dies_after == "backward_end") continue;  // run() frees it when the backward is over
     size_t by = j;
     for (size_t k = j + 1; k < l.size() && !l[j].released_by.empty(); ++k)
       if (l[k].name == l[j].released_by) by = k;
@@ -282,7 +283,7 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
     const int skip = pending[p].id;
     const bool in_place = pending[p].in_place;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-    if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place) {
+    if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place && !l[i].sums_first) {
       const int own = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
       if (!held(pending, skip)) sink.free(skip);  // a residual add further up may share it
       const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
@@ -294,7 +295,8 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
       if (!held(pending, grad)) sink.free(grad);
       grad = skip;
     } else if (grad != skip && grad >= 0) {
-      const int sum = sink.alloc(r.sum_bytes[i], "grad_sum");  // branch + skip, summed by autograd
+      // branch + skip, summed by autograd (in the tensor's own dtype where two readers' gradients meet)
+      const int sum = sink.alloc(l[i].sums_first ? r.bytes[i] : r.sum_bytes[i], "grad_sum");
       if (!held(pending, skip)) sink.free(skip);
       if (!held(pending, grad)) sink.free(grad);
       grad = sum;
@@ -331,7 +333,22 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
   if (r.bias_bytes[i] > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
   if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
     const bool cast = r.cast_bytes[i] > 0;
-    pending.push_back({r.skip_to[i], cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad});
+    const int part = cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad;
+    // autograd adds a gradient into the input buffer it reaches as soon as it is made: where a
+    // residual's skip gradient already waits (an fp32 RMSNorm's input, read by the residual add,
+    // pow and the x_hat mul), the two are summed now, out of place
+    auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) {
+      return p.target == r.skip_to[i] && !p.read && !p.in_place && p.id != part;
+    });
+    if (waiting == pending.end()) {
+      pending.push_back({r.skip_to[i], part});
+    } else {
+      const int sum = sink.alloc(r.sum_bytes[r.skip_to[i]], "grad_sum");
+      const int old = waiting->id;
+      waiting->id = sum;
+      if (!held(pending, old)) sink.free(old);
+      if (part != grad) sink.free(part);
+    }
   }
   auto accumulated = [&] {  // a later micro-batch's new weight (and bias) gradient, added into .grad
     std::vector<int> added;
@@ -520,6 +537,9 @@ void run(Sink& sink, const StepSetup& s) {
       };
       free_shared(!s.checkpointing);
       ListState h = forward(sink, head, carried, false, false);
+      // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
+      // backward returns (torch/autograd/__init__.py _make_grads)
+      const int seed = sink.alloc(4, "loss.grad_seed");
       const bool tied = s.tied_embeddings && s.layer.full;
       const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? tied_head : kKeep};
       int grad = backward(sink, head, h, -1, head_wg);
@@ -563,6 +583,9 @@ void run(Sink& sink, const StepSetup& s) {
         }
       }
       sink.free(grad);
+      sink.free(seed);
+      for (size_t i = 0; i < head_l.size(); ++i)  // what the loop held until its backward ran (the loss)
+        if (head_l[i].dies_after == "backward_end" && h.ids[i] >= 0) sink.free(h.ids[i]);
       sink.free(ids);
     }
     // optimizer: state at the first step, then the foreach temporaries (one per parameter)
@@ -612,7 +635,7 @@ void run(Sink& sink, const StepSetup& s) {
 std::string_view freed_after(const OpList& l, size_t i) {
   const TensorOp& t = l[i];
   if (t.saved) return {};
-  if (t.dies_after == "layer_out" || t.dies_after == "decoder_end") return t.dies_after;
+  if (t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "backward_end") return t.dies_after;
   size_t at = i + 1;
   for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
     if (l[j].name == t.dies_after) {
@@ -629,7 +652,8 @@ std::vector<BackwardRow> backward_rows(const StepSetup& s, const OpList& l) {
   for (size_t i = l.size(); i-- > 0;) {
     const TensorOp& t = l[i];
     for (size_t j = i + 1; j < l.size(); ++j)
-      if (l[j].residual_of == t.name) rows.push_back({std::string(t.name) + ".grad_sum", bytes_of(s, t.shape, Dt::Model)});
+      if (l[j].residual_of == t.name)
+        rows.push_back({std::string(t.name) + ".grad_sum", bytes_of(s, t.shape, t.sums_first ? t.dtype : Dt::Model)});
     if (const u64 w = bytes_of(s, t.weight, t.weight_dtype); w > 0) rows.push_back({std::string(t.name) + ".weight_grad", w});
     if (const u64 g = bytes_of(s, t.grad_input, t.grad_dtype); g > 0)
       rows.push_back({std::string(t.name) + ".grad_input", g});
