@@ -62,6 +62,28 @@ std::vector<Record> records(const std::string& file) {
 
 double pct(double est, double ref) { return 100.0 * (est - ref) / ref; }
 
+/// The shortcut's peak, phase, components and per-phase peaks are the full trace's; the components
+/// sum to the peak, the peak is its phase's largest moment and no phase goes above it.
+void check_shortcut_parts(const StepSetup& s) {
+  const StepPeak fast = step_peak(s), full = trace_step_peak(s);
+  CHECK(fast.bytes == full.bytes);
+  CHECK(phase_name(fast.phase) == phase_name(full.phase));
+  u64 sum = 0;
+  for (size_t c = 0; c < kParts; ++c) {
+    INFO(part_name(static_cast<Part>(c)));
+    CHECK(fast.parts[c] == full.parts[c]);
+    sum += fast.parts[c];
+  }
+  CHECK(sum == fast.bytes);
+  for (size_t p = 0; p < kPhases; ++p) {
+    INFO(phase_name(static_cast<Phase>(p)));
+    CHECK(fast.phase_peaks[p] == full.phase_peaks[p]);
+    CHECK(fast.phase_peaks[p] <= fast.bytes);
+  }
+  CHECK(fast.phase_peaks[static_cast<size_t>(fast.phase)] == fast.bytes);
+}
+
+
 }  // namespace
 
 TEST_CASE("every lifetime in the lists names an entry of its list") {
@@ -133,6 +155,7 @@ TEST_CASE("the periodic shortcut equals the full simulation") {
                 INFO("full " << full << " half " << half << " eager " << eager << " gc " << gc << " layers " << layers
                              << " micro-batches " << micro);
                 CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+                check_shortcut_parts(s);
               }
             }
 }
@@ -205,12 +228,17 @@ TEST_CASE("the schedule's allocated peak is within 2 % of every covered CPU suit
 }
 
 // The peak sink's per-layer extrapolation against the full trace, on every covered suite case (every
-// family's lists, as the suite's configs reach them)
+// family's lists, as the suite's configs reach them): the peak, and the phase and components there
 TEST_CASE("the periodic shortcut equals the full trace on every covered suite case") {
   const auto covered = covered_suite_records();
   for (const auto& [r, s] : covered) {
     INFO(r.name);
     CHECK(peak_allocated(s) == trace_peak(step_trace(s), s.round_512));
+    check_shortcut_parts(s);
+    StepSetup cuda = s;  // the same run with CUDA's 512-byte blocks and the cuBLAS workspaces
+    cuda.round_512 = true;
+    cuda.workspaces = {8 * 1048576 + 131072, 1048576};
+    check_shortcut_parts(cuda);
   }
   CHECK(covered.size() >= 300);
 }

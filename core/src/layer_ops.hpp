@@ -13,7 +13,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -81,6 +83,16 @@ struct Dtypes {
   }
 };
 
+/// The component of the estimate's breakdown a tensor counts in (estimate.cpp's names, part_name).
+enum class Part : std::uint8_t {
+  Weights, Gradients, OptimizerStates, Activations, AutocastWeightCopies, LogitsLoss, TemporaryBuffers,
+  CublasWorkspace
+};
+inline constexpr std::size_t kParts = 8;
+/// "weights", "gradients", "optimizer_states", "activations", "autocast_weight_copies", "logits_loss",
+/// "temporary_buffers", "cublas_workspace".
+[[nodiscard]] std::string_view part_name(Part p);
+
 /// One tensor a forward op creates.
 struct TensorOp {
   std::string_view name;        ///< "q_proj.out", "attn.softmax", ...
@@ -116,6 +128,11 @@ struct TensorOp {
   /// keeps it for its recomputation until the backward of the decoder stack is over
   /// (torch.utils.checkpoint saves its tensor inputs), though it dies at "decoder_end" otherwise.
   bool checkpoint_input = false;
+  /// The component it counts in when not the one its lifetime gives (saved or handed on:
+  /// activations; dying in the forward: temporary_buffers): the logits and the loss's tensors
+  /// (logits_loss, their gradients too), autocast's cached half weights. The gradients the other
+  /// entries' backward makes count as temporary_buffers, the weights' as gradients.
+  std::optional<Part> part{};
 };
 
 using OpList = std::vector<TensorOp>;
