@@ -12,6 +12,11 @@
 // The steady state (step >= 2) has optimizer states during forward/backward, so states are
 // present throughout. Then the CUDA side: cuBLAS workspace (inside the allocator), the caching
 // allocator's overhead (reserved - allocated) and the CUDA context (outside the allocator).
+//
+// That timeline is the engine. For the training runs the tensor schedule covers (schedule.hpp
+// step_setup) the allocated peak, its phase, the phase peaks and the components come from the
+// schedule instead (its live tensors at its peak), where the engine agrees within 2 %; where the
+// two disagree the larger is reported (choose_allocated); Estimate::allocated_method says which.
 #include "memfit/estimate.hpp"
 
 #include <algorithm>
@@ -692,20 +697,24 @@ AllocatedChoice choose_allocated(const Request& r, AllocatedPeak engine, const S
   return {std::move(engine), text, false};
 }
 
-/// The formula text of a component taken from the tensor schedule: the live tensors at its peak.
-std::string schedule_formula_of(const std::string& name, const std::string& phase) {
-  static const std::map<std::string, const char*> f = {
-      {"weights", "every parameter tensor (the layers' Linears and norms, embeddings, head, LoRA adapters)"},
-      {"gradients", "the .grad of every trained parameter whose backward has run (kept until zero_grad)"},
-      {"optimizer_states", "AdamW's exp_avg and exp_avg_sq per trained parameter (fused AdamW: and its step counters)"},
-      {"activations", "forward tensors autograd saves for backward or a layer hands on (recomputed ones under checkpointing), the batch's token ids"},
-      {"autocast_weight_copies", "autocast's cached half casts of the trained Linear weights"},
-      {"logits_loss", "the logits, their fp32 copy, the labels, the log-probabilities and the gradients the loss's backward makes"},
-      {"temporary_buffers", "tensors that die within the forward or the backward: intermediates, the gradient chain between ops, a later micro-batch's new weight gradients, the optimizer's foreach temporaries"},
-      {"cublas_workspace", "cuBLAS/cuBLASLt workspaces, allocated through PyTorch's allocator at the first matmul"},
-  };
-  auto it = f.find(name);
-  return "tensor schedule, live at its peak (" + phase + "): " + (it == f.end() ? std::string() : it->second);
+/// The formula text of a component taken from the tensor schedule: the live tensors at its peak
+/// (indexed by sched::Part).
+constexpr std::string_view kScheduleFormulas[sched::kParts] = {
+    "every parameter tensor",
+    "the .grad of each trained parameter whose backward has run",
+    "AdamW's exp_avg and exp_avg_sq (fused: and its step counters)",
+    "tensors saved for backward or handed to the next layer, the token ids",
+    "autocast's cached half casts of the trained weights",
+    "the logits, their fp32 copy, the labels, the log-probabilities and their gradients",
+    "tensors that die within a forward or backward op: intermediates, the gradient chain, foreach temporaries",
+    "cuBLAS/cuBLASLt workspaces",
+};
+
+std::string schedule_formula_of(std::string_view name, const std::string& phase) {
+  std::string text = "tensor schedule, live at its peak (" + phase + "): ";
+  for (size_t c = 0; c < sched::kParts; ++c)
+    if (sched::part_name(static_cast<sched::Part>(c)) == name) text += kScheduleFormulas[c];
+  return text;
 }
 
 /// Fills allocated/reserved/device figures and the breakdown from the largest moment.

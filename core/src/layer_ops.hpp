@@ -15,7 +15,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -86,9 +85,10 @@ struct Dtypes {
 /// The component of the estimate's breakdown a tensor counts in (estimate.cpp's names, part_name).
 enum class Part : std::uint8_t {
   Weights, Gradients, OptimizerStates, Activations, AutocastWeightCopies, LogitsLoss, TemporaryBuffers,
-  CublasWorkspace
+  CublasWorkspace,
+  ByLifetime  ///< a list entry's default (TensorOp::part): not a component of its own
 };
-inline constexpr std::size_t kParts = 8;
+inline constexpr std::size_t kParts = 8;  ///< the components (ByLifetime is none)
 /// "weights", "gradients", "optimizer_states", "activations", "autocast_weight_copies", "logits_loss",
 /// "temporary_buffers", "cublas_workspace".
 [[nodiscard]] std::string_view part_name(Part p);
@@ -128,11 +128,11 @@ struct TensorOp {
   /// keeps it for its recomputation until the backward of the decoder stack is over
   /// (torch.utils.checkpoint saves its tensor inputs), though it dies at "decoder_end" otherwise.
   bool checkpoint_input = false;
-  /// The component it counts in when not the one its lifetime gives (saved or handed on:
-  /// activations; dying in the forward: temporary_buffers): the logits and the loss's tensors
-  /// (logits_loss, their gradients too), autocast's cached half weights. The gradients the other
-  /// entries' backward makes count as temporary_buffers, the weights' as gradients.
-  std::optional<Part> part{};
+  /// The component it counts in. ByLifetime: activations when saved or handed on, temporary_buffers
+  /// when it dies in the forward; otherwise the logits and the loss's tensors (logits_loss, their
+  /// gradients too), autocast's cached half weights. The gradients the other entries' backward
+  /// makes count as temporary_buffers, the weights' as gradients.
+  Part part = Part::ByLifetime;
 };
 
 using OpList = std::vector<TensorOp>;

@@ -225,7 +225,8 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
   for (size_t i = 0; i < l.size(); ++i) {
     const TensorOp& t = l[i];
     const bool kept = t.saved || t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "next_layer";
-    r.forward_part.push_back(t.part.value_or(kept ? Part::Activations : Part::TemporaryBuffers));
+    const Part by_lifetime = kept ? Part::Activations : Part::TemporaryBuffers;
+    r.forward_part.push_back(t.part == Part::ByLifetime ? by_lifetime : t.part);
     const bool loss = t.part == Part::LogitsLoss;
     r.backward_part.push_back(loss ? Part::LogitsLoss : Part::TemporaryBuffers);
     if (loss && r.loss_from == kKeep) r.loss_from = i;
