@@ -437,3 +437,81 @@ TEST_CASE("[.sched-methods] where the estimate's allocated figure comes from", "
     std::printf("| %s | %d | %d | %d | %d |\n", f, cases, schedule, larger, engine);
   }
 }
+
+namespace {
+
+/// A record's measured categories at the peak, as the validator reads them (validate_compare.cpp
+/// steady_breakdown: the last top-level step phase that reaches the peak), grouped as the validator
+/// maps the estimate's components: weights, gradients, optimizer states, the rest.
+std::array<double, 4> measured_groups(const nlohmann::json& m) {
+  nlohmann::json best = m.value("peak_breakdown", nlohmann::json::object());
+  const double peak = m.value("tracker_peak_bytes", m.value("peak_allocated_bytes", 0.0));
+  long best_step = -1;
+  if (m.contains("phases") && m["phases"].is_object())
+    for (auto it = m["phases"].begin(); it != m["phases"].end(); ++it) {
+      const std::string& k = it.key();
+      if (k.rfind("step", 0) != 0 || k.find('.') != std::string::npos || !it->contains("peak_breakdown")) continue;
+      const long step = std::strtol(k.c_str() + 4, nullptr, 10);
+      if (it->value("peak_bytes", -1.0) == peak && step > best_step) best_step = step, best = (*it)["peak_breakdown"];
+    }
+  std::array<double, 4> g{};
+  for (auto it = best.begin(); it != best.end(); ++it) {
+    const std::string& k = it.key();
+    const size_t at = k == "parameter" || k == "buffer" ? 0 : k == "gradient" ? 1 : k == "optimizer_state" ? 2 : 3;
+    g[at] += it->get<double>();
+  }
+  return g;
+}
+
+std::array<double, 4> estimate_groups(const Estimate& e) {
+  std::array<double, 4> g{};
+  for (const Component& c : e.breakdown) {
+    const size_t at = c.name == "weights" || c.name == "master_weights" ? 0
+                      : c.name == "gradients"                            ? 1
+                      : c.name == "optimizer_states"                     ? 2
+                                                                         : 3;
+    g[at] += double(c.bytes);
+  }
+  return g;
+}
+
+}  // namespace
+
+// The components at the peak against the tracker's categories there, schedule vs engine, on every
+// covered tuning and check record: how many cases have a group (weights, gradients, optimizer
+// states, activations + temporaries) more than 2 % of the peak away from the measured one.
+TEST_CASE("[.sched-parts] components at the peak, schedule vs engine vs measured", "[.sched-parts]") {
+  std::printf("| record | covered | engine: a group off by > 2 %% of the peak | schedule: the same |\n|---|---:|---:|---:|\n");
+  for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-families.jsonl",
+                        "cpu-suite-frameworks.jsonl", "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"}) {
+    std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + f);
+    std::string line;
+    int covered = 0, engine_off = 0, schedule_off = 0;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      const auto j = nlohmann::json::parse(line);
+      if (!j.contains("measured")) continue;
+      const Record r{j["name"], j["request"], j["measured"]["peak_allocated_bytes"].get<u64>(), {}};
+      const Request q = request_of(r);
+      if (!step_setup(q)) continue;
+      ++covered;
+      const auto m = measured_groups(j["measured"]);
+      auto off = [&](const Estimate& e) {
+        const auto g = estimate_groups(e);
+        for (size_t i = 0; i < 4; ++i)
+          if (std::abs(g[i] - m[i]) > 0.02 * double(r.measured)) return true;
+        return false;
+      };
+      const bool eo = off(estimate_from(q, AllocatedFrom::Engine)), so = off(estimate(q));
+      engine_off += eo, schedule_off += so;
+      if (so) {
+        const auto g = estimate_groups(estimate(q));
+        std::printf("  schedule off: %s %s (%s): weights/gradients/states/rest %+.1f %+.1f %+.1f %+.1f %% of the peak\n", f,
+                    r.name.c_str(), estimate(q).peak_phase.c_str(), 100 * (g[0] - m[0]) / double(r.measured),
+                    100 * (g[1] - m[1]) / double(r.measured), 100 * (g[2] - m[2]) / double(r.measured),
+                    100 * (g[3] - m[3]) / double(r.measured));
+      }
+    }
+    std::printf("| %s | %d | %d | %d |\n", f, covered, engine_off, schedule_off);
+  }
+}

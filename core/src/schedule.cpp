@@ -28,12 +28,14 @@ struct EventKind {
 constexpr EventKind kParameter{"parameter", Part::Weights};
 constexpr EventKind kInputIds{"input_ids", Part::Activations};  // the batch (labels: the same tensor)
 constexpr EventKind kWorkspace{"workspace", Part::CublasWorkspace};
-constexpr EventKind kWeightGrad{"weight_grad", Part::Gradients};  // a .grad, alive until zero_grad
-constexpr EventKind kBiasGrad{"bias_grad", Part::Gradients};
+// A weight's new gradient is a temporary of its node until AccumulateGrad, which the engine runs
+// right after the node returns, makes it the .grad (alive until zero_grad): backward() retags it then.
+constexpr EventKind kWeightGrad{"weight_grad", Part::TemporaryBuffers};
+constexpr EventKind kBiasGrad{"bias_grad", Part::TemporaryBuffers};
 constexpr EventKind kWeightGradNew{"weight_grad_new", Part::TemporaryBuffers};  // a later micro-batch's, added into .grad
 constexpr EventKind kBiasGradNew{"bias_grad_new", Part::TemporaryBuffers};
 constexpr EventKind kDenseEmbedGrad{"embed.weight_grad", Part::TemporaryBuffers};  // a tied table's, summed with the head's
-constexpr EventKind kTiedGrad{"tied_weight_grad", Part::Gradients};  // that sum: the table's .grad
+constexpr EventKind kTiedGrad{"tied_weight_grad", Part::TemporaryBuffers};  // that sum: the table's .grad (retagged)
 constexpr EventKind kTiedGradNew{"tied_weight_grad", Part::TemporaryBuffers};  // a later micro-batch's sum, added into it
 constexpr EventKind kOptimizerStep{"optimizer_step", Part::OptimizerStates};
 constexpr EventKind kOptimizerState{"optimizer_state", Part::OptimizerStates};
@@ -88,6 +90,18 @@ class Sink {
     const size_t i = static_cast<size_t>(id);
     live_ -= sizes_[i];
     live_parts_[static_cast<size_t>(parts_[i])] -= sizes_[i];
+  }
+  /// Allocation `id` now counts in component `p` (same bytes: no new moment).
+  void retag(int id, Part p) {
+    if (id < 0) return;
+    if (record_) {
+      if (parts_on_) retags_.push_back({trace_.size(), id, p});
+      return;
+    }
+    const size_t i = static_cast<size_t>(id);
+    live_parts_[static_cast<size_t>(parts_[i])] -= sizes_[i];
+    live_parts_[static_cast<size_t>(p)] += sizes_[i];
+    parts_[i] = p;
   }
   void phase(Phase p) { phase_ = p; }
   /// Runs body(k) for k = 0..n-1 (trace sink), or body(0) once and extrapolates (peak sink): the
@@ -146,6 +160,13 @@ class Sink {
   /// The trace sink's component and phase of each allocation (with `parts`).
   [[nodiscard]] const std::vector<Part>& trace_parts() const { return trace_parts_; }
   [[nodiscard]] const std::vector<Phase>& trace_phases() const { return trace_phases_; }
+  /// The trace sink's retags (with `parts`): before event `at`, allocation `id` counts in `part`.
+  struct Retag {
+    size_t at;
+    int id;
+    Part part;
+  };
+  [[nodiscard]] const std::vector<Retag>& retags() const { return retags_; }
 
  private:
   bool record_, round_, names_on_, parts_on_;
@@ -154,6 +175,7 @@ class Sink {
   std::vector<std::int64_t> trace_;
   std::vector<Part> trace_parts_;
   std::vector<Phase> trace_phases_;
+  std::vector<Retag> retags_;
   std::vector<std::string> names_;
   std::vector<Loop> loops_;  ///< the per-layer loops of the trace (iterations of equal length)
   int allocations_ = 0;      ///< the trace sink's allocation count
@@ -459,9 +481,14 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, WeightGrads
     for (size_t b : r.branch_readers[i])
       if (b < i && grad >= 0) pending.push_back({b, grad, false, true});
     if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
+    const size_t made = st.weight_grads.size();
     entry_gradients(sink, r, i, st, pending, grad, wg, input_grad_made);
     for (size_t j : r.released_at[i])
       if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+    // the node has returned: AccumulateGrad makes its new weight gradients the .grad (not one that
+    // waits in autograd's input buffer for another's)
+    if (i != wg.waits)
+      for (size_t k = made; k < st.weight_grads.size(); ++k) sink.retag(st.weight_grads[k], Part::Gradients);
   }
   for (size_t p = 0; p < pending.size(); ++p) {
     const int id = pending[p].id;
@@ -640,6 +667,7 @@ void run(Sink& sink, const StepSetup& s) {
         const int dense = sink.alloc(vh, kDenseEmbedGrad);
         const int sum = sink.alloc(vh, micro == 0 ? kTiedGrad : kTiedGradNew);
         sink.free(dense);
+        if (micro == 0) sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
         if (micro == 0) {
           auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
           sink.free(*head_grad);
@@ -1041,22 +1069,33 @@ StepPeak trace_step_peak(const StepSetup& s) {
   const std::vector<std::int64_t> trace = sink.take_trace();
   const std::vector<Part>& parts = sink.trace_parts();
   const std::vector<Phase>& phases = sink.trace_phases();
+  const std::vector<Sink::Retag>& retags = sink.retags();
+  std::vector<Part> now(parts);  // each allocation's component, as retagged so far
   std::vector<u64> sizes;
   u64 live = 0;
   Parts live_parts{};
   StepPeak peak;
-  for (std::int64_t e : trace) {
+  size_t next_retag = 0;
+  for (size_t k = 0; k < trace.size(); ++k) {
+    for (; next_retag < retags.size() && retags[next_retag].at == k; ++next_retag) {
+      const Sink::Retag& t = retags[next_retag];
+      const size_t id = static_cast<size_t>(t.id);
+      live_parts[static_cast<size_t>(now[id])] -= sizes.at(id);
+      live_parts[static_cast<size_t>(t.part)] += sizes[id];
+      now[id] = t.part;
+    }
+    const std::int64_t e = trace[k];
     if (e < 0) {
       const size_t id = static_cast<size_t>(-e - 1);
       live -= sizes.at(id);
-      live_parts[static_cast<size_t>(parts[id])] -= sizes[id];
+      live_parts[static_cast<size_t>(now[id])] -= sizes[id];
       continue;
     }
     const size_t id = sizes.size();
     const u64 b = s.round_512 ? round_up(static_cast<u64>(e), 512) : static_cast<u64>(e);
     sizes.push_back(b);
     live += b;
-    live_parts[static_cast<size_t>(parts[id])] += b;
+    live_parts[static_cast<size_t>(now[id])] += b;
     if (live > peak.bytes) peak.bytes = live, peak.parts = live_parts, peak.phase = phases[id];
     u64& in_phase = peak.phase_peaks[static_cast<size_t>(phases[id])];
     in_phase = std::max(in_phase, live);
