@@ -706,7 +706,7 @@ constexpr std::string_view kScheduleFormulas[sched::kParts] = {
     "tensors saved for backward or handed to the next layer, the token ids",
     "autocast's cached half casts of the trained weights",
     "the logits, their fp32 copy, the labels, the log-probabilities and their gradients",
-    "tensors that die within a forward or backward op: intermediates, the gradient chain, foreach temporaries",
+    "tensors that die within a forward or backward op: intermediates, the gradient chain, weight gradients before they become the .grad, foreach temporaries",
     "cuBLAS/cuBLASLt workspaces",
 };
 
