@@ -85,7 +85,8 @@ void print_estimate(const nlohmann::json& e) {
   for (const auto& c : g["breakdown"])
     std::printf("  %-26s %10.2f %6.1f%%\n", c["name"].get<std::string>().c_str(), gib(c["bytes"]),
                 total > 0 ? 100.0 * c["bytes"].get<double>() / total : 0.0);
-  std::printf("\n  %-26s %10.2f   torch.cuda.max_memory_allocated\n", "peak allocated", gib(g["allocated_peak_bytes"]));
+  std::printf("\n  %-26s %10.2f   torch.cuda.max_memory_allocated (%s)\n", "peak allocated", gib(g["allocated_peak_bytes"]),
+              g.value("allocated_method", std::string("engine")).c_str());
   std::printf("  %-26s %10.2f   torch.cuda.max_memory_reserved (%s)\n", "peak reserved", gib(g["reserved_peak_bytes"]),
               g.value("reserved_method", std::string("approximate rule")).c_str());
   std::printf("  %-26s %10.2f   nvidia-smi\n", "device total", gib(g["device_total_bytes"]));

@@ -201,7 +201,7 @@ export function renderDetail(el, result, ctx) {
         h('td', {}, h('span', { class: 'swatch', style: `background:${colorOf(c.name, i)}`, 'aria-hidden': 'true' }), pretty(c.name)),
         h('td', { class: 'num' }, (c.bytes / GiB).toFixed(2)),
         h('td', { class: 'formula' }, c.formula))))),
-    h('p', { class: 'phase' }, `Peak during ${estimate.peak_phase}. `,
+    h('p', { class: 'phase' }, `Peak during ${estimate.peak_phase}${pg.allocated_method ? ` (allocated figure: ${pg.allocated_method})` : ''}. `,
       estimate.phases.map((p) => `${p.phase} ${gib(p.allocated_bytes)}`).join(' · ')),
     estimate.notes.length ? h('ul', { class: 'notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
   ].filter(Boolean));

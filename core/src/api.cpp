@@ -97,6 +97,7 @@ json per_gpu_json(const Estimate& e) {
       e.gpu_memory_bytes ? static_cast<double>(e.device_total_bytes) / static_cast<double>(e.gpu_memory_bytes) : 0.0;
   return json_object({{"allocated_peak_bytes", e.allocated_peak_bytes},
                       {"reserved_peak_bytes", e.reserved_peak_bytes},
+                      {"allocated_method", e.allocated_method},
                       {"reserved_method", e.reserved_method},
                       {"device_total_bytes", e.device_total_bytes},
                       {"gpu_memory_bytes", e.gpu_memory_bytes},

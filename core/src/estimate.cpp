@@ -12,6 +12,11 @@
 // The steady state (step >= 2) has optimizer states during forward/backward, so states are
 // present throughout. Then the CUDA side: cuBLAS workspace (inside the allocator), the caching
 // allocator's overhead (reserved - allocated) and the CUDA context (outside the allocator).
+//
+// That timeline is the engine. For the training runs the tensor schedule covers (schedule.hpp
+// step_setup) the allocated peak, its phase, the phase peaks and the components come from the
+// schedule instead (its live tensors at its peak), where the engine agrees within 2 %; where the
+// two disagree the larger is reported (choose_allocated); Estimate::allocated_method says which.
 #include "memfit/estimate.hpp"
 
 #include <algorithm>
@@ -60,7 +65,7 @@ const char* formula_of(const std::string& name) {
       {"communication_buffers", "gradient buckets, gathered parameter units (ZeRO-3/FSDP), pipeline send/recv buffers"},
       {"cublas_workspace", "cuBLAS/cuBLASLt workspaces, allocated through PyTorch's allocator"},
       {"allocator_overhead", "caching allocator: reserved minus allocated (approximate rule: 20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak)"},
-      {"allocator_overhead_unsure", "caching allocator: reserved minus allocated, the larger of the approximate rule (20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak) and the fragmentation simulated over the tensor schedule, which covers this run but whose allocated peak is over 2 % from the estimate's"},
+      {"allocator_overhead_unsure", "caching allocator: reserved minus allocated, the larger of the approximate rule (20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak) and the fragmentation simulated over the tensor schedule, which covers this run but whose allocated peak is over 2 % from the engine's"},
       {"allocator_fragmentation", "caching allocator, simulated over the step's tensor schedule: segments held at the reserved peak minus the allocated peak (2 MiB segments for blocks <= 1 MiB, 20 MiB or the size rounded to 2 MiB above; freed blocks are cached, split and merged, and a request no cached block fits takes a new segment)"},
       {"cuda_context", "CUDA context and kernel images outside the allocator (nvidia-smi minus reserved)"},
       {"paged_optimizer_states", "bitsandbytes paged states in CUDA unified memory (outside PyTorch's allocator)"},
@@ -606,63 +611,152 @@ u64 cublas_workspace_for(const Request& r) {
 
 constexpr const char* kSimulatedMethod = "simulated allocator over the tensor schedule";
 
-/// The tensor schedule of a run replayed through the caching-allocator simulation: its peaks.
+/// The tensor schedule of a training run it covers (sched::step_setup): its allocated peak with the
+/// phase and the components there, and on CUDA the caching-allocator simulation replaying it.
 struct SimulatedStep {
-  u64 reserved = 0, allocated = 0;  ///< 0, 0: the schedule does not cover the request
+  bool covered = false;
+  sched::StepPeak peak;             ///< with the cuBLAS workspaces and 512-byte blocks on CUDA
+  u64 reserved = 0, allocated = 0;  ///< CUDA: the simulation's peaks (0, 0 on CPU)
 };
 
-/// The schedule's peaks for the CUDA training setups it covers (sched::step_setup); none elsewhere.
 SimulatedStep simulated_step_for(const Request& r) {
-  if (r.device != Device::Cuda || r.task == Task::Inference) return {};
+  if (r.task == Task::Inference) return {};
   std::optional<sched::StepSetup> s = sched::step_setup(r);
   if (!s) return {};
-  s->workspaces = cublas_workspaces(r);
-  const alloc::Stats st = sched::simulated_stats(*s, alloc::config_from_alloc_conf(r.runtime.alloc_conf));
-  return {st.peak_reserved, st.peak_allocated};
+  SimulatedStep out;
+  out.covered = true;
+  if (r.device == Device::Cuda) {
+    s->workspaces = cublas_workspaces(r);
+    const alloc::Stats st = sched::simulated_stats(*s, alloc::config_from_alloc_conf(r.runtime.alloc_conf));
+    out.reserved = st.peak_reserved;
+    out.allocated = st.peak_allocated;
+  }
+  out.peak = sched::step_peak(*s);
+  return out;
 }
 
-/// The schedule describes the run when its allocated peak is within 2 % of the estimate's (the
-/// lists and the estimator are two models of the same step; on a shape the lists get wrong, e.g.
-/// the LoRA-dropout copies they lack, their segments are not the run's either).
-bool schedule_agrees(const SimulatedStep& sim, u64 allocated) {
-  const u64 gap = sim.allocated > allocated ? sim.allocated - allocated : allocated - sim.allocated;
-  return sim.reserved > 0 && gap * 50 <= allocated;
+/// Two models of one step agree when `other` is within 2 % of `engine`.
+bool agree(u64 other, u64 engine) {
+  const u64 gap = other > engine ? other - engine : engine - other;
+  return gap * 50 <= engine;
 }
 
-/// Reserved minus allocated. Where the schedule describes the run: its simulated reserved (never
-/// below the estimate's allocated peak). Where it covers the run but disagrees with the estimate:
-/// the larger of the approximate rule and the simulation's own fragmentation (reserved minus
-/// allocated), since neither is known to hold and under-estimating is the dangerous direction.
-u64 reserved_overhead(const Moment& peak, u64 allocated, const SimulatedStep& sim) {
-  if (schedule_agrees(sim, allocated)) return sim.reserved - std::min(sim.reserved, allocated);
+/// Reserved minus allocated. Where the schedule's simulation is trusted (the reported allocated peak
+/// is the schedule's and the engine agrees, or, the schedule unused, it agrees with the engine): its
+/// simulated reserved (never below the allocated peak). Where the schedule covers the run but the
+/// two disagree: the larger of the approximate rule and the simulation's own fragmentation (reserved
+/// minus allocated), since neither is known to hold and under-estimating is the dangerous direction.
+u64 reserved_overhead(const Moment& peak, u64 allocated, const SimulatedStep& sim, bool trusted) {
+  if (trusted) return sim.reserved - std::min(sim.reserved, allocated);
   const u64 rule = allocator_overhead(peak);
   return sim.reserved > 0 ? std::max(rule, sim.reserved - std::min(sim.reserved, sim.allocated)) : rule;
 }
 
-/// Fills allocated/reserved/device figures and the breakdown from the largest moment.
-Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 paged, u64 nccl, const SimulatedStep& sim = {}) {
-  Estimate e;
+/// The allocated peak an estimate reports: the moment (phase and components) and each phase's largest.
+struct AllocatedPeak {
+  Moment peak;
+  std::vector<PhasePeak> phases;
+  bool from_schedule = false;
+};
+
+/// The engine's: the largest of its moments (the cuBLAS workspaces added on CUDA).
+AllocatedPeak engine_peak(const Request& r, const std::vector<Moment>& moments) {
+  AllocatedPeak a;
   size_t best = 0;
   for (size_t i = 0; i < moments.size(); ++i) {
     const u64 t = moments[i].total();
-    auto it = std::find_if(e.phases.begin(), e.phases.end(), [&](const PhasePeak& p) { return p.phase == moments[i].phase; });
-    if (it == e.phases.end()) e.phases.push_back({moments[i].phase, t});
+    auto it = std::find_if(a.phases.begin(), a.phases.end(), [&](const PhasePeak& p) { return p.phase == moments[i].phase; });
+    if (it == a.phases.end()) a.phases.push_back({moments[i].phase, t});
     else it->allocated_bytes = std::max(it->allocated_bytes, t);
     if (t > moments[best].total()) best = i;
   }
-  Moment peak = moments[best];
+  a.peak = moments[best];
+  const u64 workspace = r.device == Device::Cuda ? cublas_workspace_for(r) : 0;
+  if (workspace) a.peak.parts["cublas_workspace"] = workspace;
+  for (PhasePeak& p : a.phases) p.allocated_bytes = add(p.allocated_bytes, workspace);
+  return a;
+}
+
+/// The schedule's: its peak moment with the live tensors' components, and each phase's largest moment.
+AllocatedPeak schedule_peak(const sched::StepPeak& p) {
+  AllocatedPeak a;
+  a.peak.phase = std::string(sched::phase_name(p.phase));
+  for (size_t c = 0; c < sched::kParts; ++c)
+    if (p.parts[c] > 0) a.peak.parts[std::string(sched::part_name(static_cast<sched::Part>(c)))] = p.parts[c];
+  for (size_t f = 0; f < sched::kPhases; ++f)
+    if (p.phase_peaks[f] > 0) a.phases.push_back({std::string(sched::phase_name(static_cast<sched::Phase>(f))), p.phase_peaks[f]});
+  a.from_schedule = true;
+  return a;
+}
+
+/// Which allocated peak is reported, and in what words (Estimate::allocated_method).
+struct AllocatedChoice {
+  AllocatedPeak chosen;
+  std::string method;
+  bool trusted = false;  ///< the schedule's simulated reserved applies as it is
+};
+
+/// The schedule where it covers the run and the engine agrees within 2 %; where they disagree,
+/// the larger of the two (neither is then known to be right, and under-estimating is the
+/// dangerous direction); the engine where the schedule does not cover the run, or when asked.
+AllocatedChoice choose_allocated(const Request& r, AllocatedPeak engine, const SimulatedStep& sim, AllocatedFrom from) {
+  const u64 e = engine.peak.total();
+  if (!sim.covered) {
+    const char* why = r.task == Task::Inference ? "engine (inference: the tensor schedule describes training steps)"
+                                                : "engine (the tensor schedule does not describe this setup)";
+    return {std::move(engine), why, false};
+  }
+  if (from == AllocatedFrom::Engine) {
+    const bool trusted = sim.reserved > 0 && agree(sim.allocated, e);
+    return {std::move(engine), "engine", trusted};
+  }
+  const u64 t = sim.peak.bytes;
+  if (agree(t, e)) return {schedule_peak(sim.peak), "tensor schedule", true};
+  char text[160];
+  const double gap = 100.0 * (static_cast<double>(t) - static_cast<double>(e)) / static_cast<double>(e);
+  std::snprintf(text, sizeof text, "tensor schedule and engine disagree by %+.1f %%: the larger (%s)", gap,
+                t > e ? "tensor schedule" : "engine");
+  if (t > e) return {schedule_peak(sim.peak), text, false};
+  return {std::move(engine), text, false};
+}
+
+/// The formula text of a component taken from the tensor schedule: the live tensors at its peak
+/// (indexed by sched::Part).
+constexpr std::string_view kScheduleFormulas[sched::kParts] = {
+    "every parameter tensor",
+    "the .grad of each trained parameter whose backward has run",
+    "AdamW's exp_avg and exp_avg_sq (fused: and its step counters)",
+    "tensors saved for backward or handed to the next layer, the token ids",
+    "autocast's cached half casts of the trained weights",
+    "the logits, their fp32 copy, the labels, the log-probabilities and their gradients",
+    "tensors that die within a forward or backward op: intermediates, the gradient chain, weight gradients before they become the .grad, foreach temporaries",
+    "cuBLAS/cuBLASLt workspaces",
+};
+
+std::string schedule_formula_of(std::string_view name, const std::string& phase) {
+  std::string text = "tensor schedule, live at its peak (" + phase + "): ";
+  for (size_t c = 0; c < sched::kParts; ++c)
+    if (sched::part_name(static_cast<sched::Part>(c)) == name) text += kScheduleFormulas[c];
+  return text;
+}
+
+/// Fills allocated/reserved/device figures and the breakdown from the largest moment.
+Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 paged, u64 nccl, const SimulatedStep& sim = {},
+                   AllocatedFrom from = AllocatedFrom::ScheduleWhereCovered) {
+  Estimate e;
+  AllocatedChoice choice = choose_allocated(r, engine_peak(r, moments), sim, from);
+  const Moment& peak = choice.chosen.peak;
+  e.phases = choice.chosen.phases;
   e.peak_phase = peak.phase;
+  e.allocated_method = choice.method;
   const bool cuda = r.device == Device::Cuda;
-  const u64 workspace = cuda ? cublas_workspace_for(r) : 0;
-  if (workspace) peak.parts["cublas_workspace"] = workspace;
-  for (PhasePeak& p : e.phases) p.allocated_bytes = add(p.allocated_bytes, workspace);
   e.allocated_peak_bytes = peak.total();
-  const bool simulated = cuda && schedule_agrees(sim, e.allocated_peak_bytes);
+  const bool simulated = cuda && choice.trusted;
   const bool disagrees = cuda && sim.reserved > 0 && !simulated;
-  const u64 overhead = cuda ? reserved_overhead(peak, e.allocated_peak_bytes, sim) : 0;
+  const u64 overhead = cuda ? reserved_overhead(peak, e.allocated_peak_bytes, sim, choice.trusted) : 0;
   e.reserved_peak_bytes = add(e.allocated_peak_bytes, overhead);
   e.reserved_method = simulated   ? kSimulatedMethod
-                      : disagrees ? "approximate rule or the schedule's simulated fragmentation, the larger (the tensor schedule is over 2 % from this estimate's allocated peak)"
+                      : disagrees ? "approximate rule or the schedule's simulated fragmentation, the larger (the tensor schedule's allocated peak is over 2 % from the engine's)"
                       : cuda      ? "approximate rule"
                                   : "no caching allocator (CPU): reserved = allocated";
   const u64 context = cuda ? cuda_context_for(r) : 0;
@@ -674,7 +768,8 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
                                 "communication_buffers", "cublas_workspace"};
   for (const char* k : order) {
     auto it = peak.parts.find(k);
-    if (it != peak.parts.end() && it->second > 0) e.breakdown.push_back({k, it->second, formula_of(k)});
+    if (it == peak.parts.end() || it->second == 0) continue;
+    e.breakdown.push_back({k, it->second, choice.chosen.from_schedule ? schedule_formula_of(k, peak.phase) : formula_of(k)});
   }
   if (overhead)
     e.breakdown.push_back({"allocator_overhead", overhead, formula_of(simulated   ? "allocator_fragmentation"
@@ -778,7 +873,9 @@ u64 largest_fitting(u64 limit, F fits) {
 
 }  // namespace
 
-Estimate estimate(const Request& r) {
+Estimate estimate(const Request& r) { return estimate_from(r, AllocatedFrom::ScheduleWhereCovered); }
+
+Estimate estimate_from(const Request& r, AllocatedFrom from) {
   if (r.task == Task::Serve) throw Error("task \"serve\" is sized by the serving engine's accounting: call serve() (serving.hpp) or estimate_json");
   const Layout layout = make_layout(r);
   const ModelStates s = model_states(r, layout.mixed);
@@ -807,7 +904,7 @@ Estimate estimate(const Request& r) {
     const SimulatedStep simulated = simulated_step_for(r);
     for (const RankRole& role : layout.roles) {
       const RankStates rs = rank_states(s, r, layout, role);
-      Estimate candidate = summarise(r, training_moments(r, s, layout, role, rs), rs.paged_states, rs.nccl, simulated);
+      Estimate candidate = summarise(r, training_moments(r, s, layout, role, rs), rs.paged_states, rs.nccl, simulated, from);
       candidate.cpu_ram_bytes = rs.cpu_ram;
       if (busiest.empty() || candidate.device_total_bytes > e.device_total_bytes) {
         e = candidate;

@@ -95,6 +95,13 @@ void rotary(OpList& l, bool k) {
 
 }  // namespace
 
+std::string_view part_name(Part p) {
+  static constexpr std::string_view kNames[kParts] = {"weights", "gradients", "optimizer_states", "activations",
+                                                      "autocast_weight_copies", "logits_loss", "temporary_buffers",
+                                                      "cublas_workspace"};
+  return kNames[static_cast<std::size_t>(p)];
+}
+
 const FamilyLists kLlamaLists{&decoder_layer, &embedding, &head_and_loss, &edit_input_needs_no_grad};
 
 TensorOp* find_mut(OpList& l, std::string_view name) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -81,6 +82,17 @@ struct Dtypes {
   }
 };
 
+/// The component of the estimate's breakdown a tensor counts in (estimate.cpp's names, part_name).
+enum class Part : std::uint8_t {
+  Weights, Gradients, OptimizerStates, Activations, AutocastWeightCopies, LogitsLoss, TemporaryBuffers,
+  CublasWorkspace,
+  ByLifetime  ///< a list entry's default (TensorOp::part): not a component of its own
+};
+inline constexpr std::size_t kParts = 8;  ///< the components (ByLifetime is none)
+/// "weights", "gradients", "optimizer_states", "activations", "autocast_weight_copies", "logits_loss",
+/// "temporary_buffers", "cublas_workspace".
+[[nodiscard]] std::string_view part_name(Part p);
+
 /// One tensor a forward op creates.
 struct TensorOp {
   std::string_view name;        ///< "q_proj.out", "attn.softmax", ...
@@ -122,6 +134,11 @@ struct TensorOp {
   /// before its own backward runs. (Otherwise a gradient waiting at an entry whose backward makes an
   /// input gradient is a LoRA base Linear's, which runs its backward on it first.)
   bool sums_first = false;
+  /// The component it counts in. ByLifetime: activations when saved or handed on, temporary_buffers
+  /// when it dies in the forward; otherwise the logits and the loss's tensors (logits_loss, their
+  /// gradients too), autocast's cached half weights. The gradients the other entries' backward
+  /// makes count as temporary_buffers, the weights' as gradients.
+  Part part = Part::ByLifetime;
 };
 
 using OpList = std::vector<TensorOp>;

@@ -55,7 +55,11 @@ void autocast_linear(OpList& l, const AutocastLinear& a) {
   lin->dtype = Dt::Half;
   lin->grad_dtype = Dt::Half;
   auto pos = position(l, a.out);
-  if (!w.empty) pos = l.insert(pos, {a.weight_cast, "_to_copy", w, Dt::Half, true, {}, kNone}) + 1;
+  if (!w.empty) {
+    TensorOp cast{a.weight_cast, "_to_copy", w, Dt::Half, true, {}, kNone};
+    cast.part = Part::AutocastWeightCopies;
+    pos = l.insert(pos, cast) + 1;
+  }
   if (!cast_input) return;
   l.insert(pos, {a.input_cast, "_to_copy", x, Dt::Half, !w.empty, a.out, x});
   // the fp32 input is read only by the casts now: it dies after the last one

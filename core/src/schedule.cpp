@@ -20,33 +20,94 @@ namespace memfit::sched {
 
 namespace {
 
+/// An allocation the pass makes besides the lists' own tensors, and the component it counts in.
+struct EventKind {
+  std::string_view name;
+  Part part;
+};
+constexpr EventKind kParameter{"parameter", Part::Weights};
+constexpr EventKind kInputIds{"input_ids", Part::Activations};  // the batch (labels: the same tensor)
+constexpr EventKind kWorkspace{"workspace", Part::CublasWorkspace};
+// A weight's new gradient is a temporary of its node until AccumulateGrad, which the engine runs
+// right after the node returns, makes it the .grad (alive until zero_grad): backward() retags it then.
+constexpr EventKind kWeightGrad{"weight_grad", Part::TemporaryBuffers};
+constexpr EventKind kBiasGrad{"bias_grad", Part::TemporaryBuffers};
+constexpr EventKind kWeightGradNew{"weight_grad_new", Part::TemporaryBuffers};  // a later micro-batch's, added into .grad
+constexpr EventKind kBiasGradNew{"bias_grad_new", Part::TemporaryBuffers};
+constexpr EventKind kDenseEmbedGrad{"embed.weight_grad", Part::TemporaryBuffers};  // a tied table's, summed with the head's
+constexpr EventKind kTiedGrad{"tied_weight_grad", Part::TemporaryBuffers};  // that sum: the table's .grad (retagged)
+constexpr EventKind kTiedGradNew{"tied_weight_grad", Part::TemporaryBuffers};  // a later micro-batch's sum, added into it
+constexpr EventKind kOptimizerStep{"optimizer_step", Part::OptimizerStates};
+constexpr EventKind kOptimizerState{"optimizer_state", Part::OptimizerStates};
+constexpr EventKind kOptimizerTemp{"optimizer_temp", Part::TemporaryBuffers};
+
+using Parts = std::array<u64, kParts>;
+using PhasePeaks = std::array<u64, kPhases>;
+
+/// The largest live bytes so far, its first moment's components and phase, and each phase's largest.
+struct Best {
+  u64 bytes = 0;
+  Parts parts{};
+  Phase phase = Phase::Forward;
+  PhasePeaks phases{};
+};
+
 /// Receives allocations and frees; `repeat` runs a per-layer loop.
 class Sink {
  public:
-  /// `names`: record each allocation's name too (step_trace's callers that ask for them).
-  Sink(bool record, bool round_512, bool names = false) : record_(record), round_(round_512), names_on_(names) {}
+  /// `names`: record each allocation's name too (step_trace's callers that ask for them); `parts`:
+  /// record each allocation's component and phase (trace_step_peak).
+  Sink(bool record, bool round_512, bool names = false, bool parts = false)
+      : record_(record), round_(round_512), names_on_(names), parts_on_(parts) {}
 
   /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging). The
   /// trace sink only records (the peak is the trace's reader's business).
-  int alloc(u64 bytes, std::string_view what = "other", std::string_view of = {}) {
+  int alloc(u64 bytes, Part part, std::string_view what, std::string_view of = {}) {
     if (bytes == 0) return -1;
     if (names_on_) names_.push_back(of.empty() ? std::string(what) : std::string(what) + ":" + std::string(of));
     if (record_) {
       trace_.push_back(static_cast<std::int64_t>(bytes));
+      if (parts_on_) trace_parts_.push_back(part), trace_phases_.push_back(phase_);
       return allocations_++;
     }
     const u64 b = round_ ? round_up(bytes, 512) : bytes;
     sizes_.push_back(b);
+    parts_.push_back(part);
     live_ = add(live_, b);
-    peak_ = std::max(peak_, live_);
+    live_parts_[static_cast<size_t>(part)] += b;
+    if (live_ > best_.bytes) best_.bytes = live_, best_.parts = live_parts_, best_.phase = phase_;
+    u64& in_phase = best_.phases[static_cast<size_t>(phase_)];
+    in_phase = std::max(in_phase, live_);
     return static_cast<int>(sizes_.size() - 1);
   }
+  int alloc(u64 bytes, const EventKind& k, std::string_view of = {}) { return alloc(bytes, k.part, k.name, of); }
   void free(int id) {
     if (id < 0) return;
-    if (record_) trace_.push_back(-static_cast<std::int64_t>(id) - 1);
-    else live_ -= sizes_[static_cast<size_t>(id)];
+    if (record_) {
+      trace_.push_back(-static_cast<std::int64_t>(id) - 1);
+      return;
+    }
+    const size_t i = static_cast<size_t>(id);
+    live_ -= sizes_[i];
+    live_parts_[static_cast<size_t>(parts_[i])] -= sizes_[i];
   }
-  /// Runs body(k) for k = 0..n-1 (trace sink), or body(0) once and extrapolates (peak sink).
+  /// Allocation `id` now counts in component `p` (same bytes: no new moment).
+  void retag(int id, Part p) {
+    if (id < 0) return;
+    if (record_) {
+      if (parts_on_) retags_.push_back({trace_.size(), id, p});
+      return;
+    }
+    const size_t i = static_cast<size_t>(id);
+    live_parts_[static_cast<size_t>(parts_[i])] -= sizes_[i];
+    live_parts_[static_cast<size_t>(p)] += sizes_[i];
+    parts_[i] = p;
+  }
+  void phase(Phase p) { phase_ = p; }
+  /// Runs body(k) for k = 0..n-1 (trace sink), or body(0) once and extrapolates (peak sink): the
+  /// iterations are identical, so the moments of iteration k are those of the first raised by k d
+  /// (d: an iteration's net change, d_c per component); the largest of a phase (and the peak) is
+  /// the first iteration's plus (n - 1) d if d > 0, else the first iteration's.
   void repeat(u64 n, const std::function<void(u64)>& body) {
     if (n == 0) return;
     if (record_) {
@@ -62,33 +123,66 @@ class Sink {
       if (equal && length > 0 && n >= 3) loops_.push_back({first, length, static_cast<size_t>(n)});
       return;
     }
-    const u64 before = live_, outer_peak = peak_;
-    peak_ = live_;
+    const u64 before = live_;
+    const Parts before_parts = live_parts_;
+    const Best outer = best_;
+    best_ = Best{live_, live_parts_, phase_, {}};  // the first iteration's own moments
     body(0);
-    const u64 local = peak_ - before;
+    const Best first = best_;
+    best_ = outer;
     const std::int64_t delta = static_cast<std::int64_t>(live_) - static_cast<std::int64_t>(before);
-    const u64 rise = delta > 0 ? mul(static_cast<u64>(delta), n - 1) : 0;
-    peak_ = std::max(outer_peak, add(before, add(local, rise)));
+    const u64 rises = delta > 0 ? n - 1 : 0;  // iterations after the first that raise its moments
+    const u64 rise = mul(static_cast<u64>(std::max<std::int64_t>(delta, 0)), n - 1);
+    // a component's value at a moment of iteration k: its value at the first iteration's moment + k d_c
+    auto shifted = [&](size_t c, u64 first_value, u64 k) {
+      const std::int64_t d = static_cast<std::int64_t>(live_parts_[c]) - static_cast<std::int64_t>(before_parts[c]);
+      return static_cast<u64>(static_cast<std::int64_t>(first_value) + d * static_cast<std::int64_t>(k));
+    };
+    if (add(first.bytes, rise) > outer.bytes) {
+      best_.bytes = add(first.bytes, rise);
+      best_.phase = first.phase;
+      for (size_t c = 0; c < kParts; ++c) best_.parts[c] = shifted(c, first.parts[c], rises);
+    }
+    for (size_t p = 0; p < kPhases; ++p)
+      if (first.phases[p] > 0) best_.phases[p] = std::max(outer.phases[p], add(first.phases[p], rise));
     live_ = static_cast<u64>(static_cast<std::int64_t>(before) + delta * static_cast<std::int64_t>(n));
+    for (size_t c = 0; c < kParts; ++c) live_parts_[c] = shifted(c, before_parts[c], n);
   }
   /// Index of the state slot iteration k uses (the peak sink keeps one slot).
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
-  [[nodiscard]] u64 peak() const { return peak_; }  ///< the peak sink's
+  [[nodiscard]] const Best& best() const { return best_; }  ///< the peak sink's
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
   /// Room for the trace sink's events (growing a vector of tens of thousands of events copies it
   /// several times over).
   void reserve(size_t events) { trace_.reserve(events); }
   std::vector<std::string> take_names() { return std::move(names_); }
   std::vector<Loop> take_loops() { return std::move(loops_); }
+  /// The trace sink's component and phase of each allocation (with `parts`).
+  [[nodiscard]] const std::vector<Part>& trace_parts() const { return trace_parts_; }
+  [[nodiscard]] const std::vector<Phase>& trace_phases() const { return trace_phases_; }
+  /// The trace sink's retags (with `parts`): before event `at`, allocation `id` counts in `part`.
+  struct Retag {
+    size_t at;
+    int id;
+    Part part;
+  };
+  [[nodiscard]] const std::vector<Retag>& retags() const { return retags_; }
 
  private:
-  bool record_, round_, names_on_;
+  bool record_, round_, names_on_, parts_on_;
   std::vector<u64> sizes_;
+  std::vector<Part> parts_;  ///< the peak sink's component of each allocation
   std::vector<std::int64_t> trace_;
+  std::vector<Part> trace_parts_;
+  std::vector<Phase> trace_phases_;
+  std::vector<Retag> retags_;
   std::vector<std::string> names_;
   std::vector<Loop> loops_;  ///< the per-layer loops of the trace (iterations of equal length)
   int allocations_ = 0;      ///< the trace sink's allocation count
-  u64 live_ = 0, peak_ = 0;
+  Phase phase_ = Phase::Forward;
+  u64 live_ = 0;
+  Parts live_parts_{};
+  Best best_;
 };
 
 u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return mul(sh.elements(s.dims), s.dtypes.of(dt)); }
@@ -108,6 +202,9 @@ struct Resolved {
   std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
   std::vector<std::vector<size_t>> released_at;  ///< per entry: the saved tensors its backward releases
+  std::vector<Part> forward_part;   ///< the component the entry's tensor counts in
+  std::vector<Part> backward_part;  ///< the component of the gradients its backward makes (not the weights')
+  size_t loss_from = static_cast<size_t>(-1);  ///< the first entry of the loss phase (the logits; none: -1)
 };
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
@@ -147,6 +244,15 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
   for (size_t b = 0; b < l.size(); ++b)
     if (r.branch_from[b] != kKeep) r.branch_readers[r.branch_from[b]].push_back(b);
   for (const TensorOp& t : l) r.carried.push_back(t.op == "carried");
+  for (size_t i = 0; i < l.size(); ++i) {
+    const TensorOp& t = l[i];
+    const bool kept = t.saved || t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "next_layer";
+    const Part by_lifetime = kept ? Part::Activations : Part::TemporaryBuffers;
+    r.forward_part.push_back(t.part == Part::ByLifetime ? by_lifetime : t.part);
+    const bool loss = t.part == Part::LogitsLoss;
+    r.backward_part.push_back(loss ? Part::LogitsLoss : Part::TemporaryBuffers);
+    if (loss && r.loss_from == kKeep) r.loss_from = i;
+  }
   r.released_at.resize(l.size());
   for (size_t j = 0; j < l.size(); ++j) {
     if (l[j].dies_after == "backward_end") continue;  // run() frees it when the backward is over
@@ -178,7 +284,8 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   st.ids.assign(l.size(), -1);
   size_t next_death = 0;
   for (size_t i = 0; i < l.size(); ++i) {
-    st.ids[i] = r.carried[i] ? input : sink.alloc(r.bytes[i], l[i].name);
+    if (i == r.loss_from) sink.phase(Phase::Loss);
+    st.ids[i] = r.carried[i] ? input : sink.alloc(r.bytes[i], r.forward_part[i], l[i].name);
     for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
       const size_t j = r.death_order[next_death];
       if ((j != 0 || !keep_input) && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
@@ -226,7 +333,7 @@ void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>
   if (waiting != pending.end() && grad >= 0 && waiting->in_place) {
     sink.free(grad);  // added into the parked gradient
   } else if (waiting != pending.end() && grad >= 0) {
-    const int sum = sink.alloc(r.sum_bytes[join], "grad_sum");
+    const int sum = sink.alloc(r.sum_bytes[join], r.backward_part[join], "grad_sum");
     sink.free(grad);
     const int old = waiting->id;
     waiting->id = sum;
@@ -252,7 +359,7 @@ ListState recompute_forward(Sink& sink, const Resolved& r, int input) {
   st.ids[0] = input;
   size_t next_death = 0;
   for (size_t i = 1; i < end; ++i) {
-    st.ids[i] = sink.alloc(r.bytes[i], l[i].name);
+    st.ids[i] = sink.alloc(r.bytes[i], r.forward_part[i], l[i].name);
     for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] <= i; ++next_death) {
       const size_t j = r.death_order[next_death];
       if (j != 0 && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
@@ -284,9 +391,9 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
     const bool in_place = pending[p].in_place;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
     if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place && !l[i].sums_first) {
-      const int own = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
+      const int own = sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_in", l[i].name);
       if (!held(pending, skip)) sink.free(skip);  // a residual add further up may share it
-      const int sum = sink.alloc(r.grad_bytes[i], "grad_sum");
+      const int sum = sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_sum");
       sink.free(own);
       if (!held(pending, grad)) sink.free(grad);
       grad = sum;
@@ -296,7 +403,7 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
       grad = skip;
     } else if (grad != skip && grad >= 0) {
       // branch + skip, summed by autograd (in the tensor's own dtype where two readers' gradients meet)
-      const int sum = sink.alloc(l[i].sums_first ? r.bytes[i] : r.sum_bytes[i], "grad_sum");
+      const int sum = sink.alloc(l[i].sums_first ? r.bytes[i] : r.sum_bytes[i], r.backward_part[i], "grad_sum");
       if (!held(pending, skip)) sink.free(skip);
       if (!held(pending, grad)) sink.free(grad);
       grad = sum;
@@ -329,11 +436,11 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
                      int& grad, WeightGrads wg, bool input_grad_made) {
   const OpList& l = *r.ops;
   if (r.weight_bytes[i] > 0 && (wg.first || wg.waits == i))
-    st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], "weight_grad", l[i].name));
-  if (r.bias_bytes[i] > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], "bias_grad", l[i].name));
+    st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], kWeightGrad, l[i].name));
+  if (r.bias_bytes[i] > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], kBiasGrad, l[i].name));
   if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
     const bool cast = r.cast_bytes[i] > 0;
-    const int part = cast ? sink.alloc(r.cast_bytes[i], "grad_cast") : grad;
+    const int part = cast ? sink.alloc(r.cast_bytes[i], r.backward_part[i], "grad_cast") : grad;
     // autograd adds a gradient into the input buffer it reaches as soon as it is made: where a
     // residual's skip gradient already waits (an fp32 RMSNorm's input, read by the residual add,
     // pow and the x_hat mul), the two are summed now, out of place
@@ -343,7 +450,7 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
     if (waiting == pending.end()) {
       pending.push_back({r.skip_to[i], part});
     } else {
-      const int sum = sink.alloc(r.sum_bytes[r.skip_to[i]], "grad_sum");
+      const int sum = sink.alloc(r.sum_bytes[r.skip_to[i]], r.backward_part[r.skip_to[i]], "grad_sum");
       const int old = waiting->id;
       waiting->id = sum;
       if (!held(pending, old)) sink.free(old);
@@ -353,8 +460,8 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
   auto accumulated = [&] {  // a later micro-batch's new weight (and bias) gradient, added into .grad
     std::vector<int> added;
     if (!wg.first && wg.waits != i) {
-      added.push_back(sink.alloc(r.bias_bytes[i], "bias_grad_new", l[i].name));
-      added.push_back(sink.alloc(r.weight_bytes[i], "weight_grad_new", l[i].name));
+      added.push_back(sink.alloc(r.bias_bytes[i], kBiasGradNew, l[i].name));
+      added.push_back(sink.alloc(r.weight_bytes[i], kWeightGradNew, l[i].name));
     }
     return added;
   };
@@ -363,8 +470,8 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
     return;
   }
   std::vector<int> temps;
-  for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], "grad_temp", l[i].name));
-  const int g = sink.alloc(r.grad_bytes[i], "grad_in", l[i].name);
+  for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_temp", l[i].name));
+  const int g = sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_in", l[i].name);
   for (int t : temps) sink.free(t);
   const std::vector<int> added = accumulated();
   if (!held(pending, grad)) sink.free(grad);
@@ -391,9 +498,14 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, WeightGrads
     for (size_t b : r.branch_readers[i])
       if (b < i && grad >= 0) pending.push_back({b, grad, false, true});
     if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
+    const size_t made = st.weight_grads.size();
     entry_gradients(sink, r, i, st, pending, grad, wg, input_grad_made);
     for (size_t j : r.released_at[i])
       if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
+    // the node has returned: AccumulateGrad makes its new weight gradients the .grad (not one that
+    // waits in autograd's input buffer for another's)
+    if (i != wg.waits)
+      for (size_t k = made; k < st.weight_grads.size(); ++k) sink.retag(st.weight_grads[k], Part::Gradients);
   }
   for (size_t p = 0; p < pending.size(); ++p) {
     const int id = pending[p].id;
@@ -489,9 +601,9 @@ void run(Sink& sink, const StepSetup& s) {
   // weights in module order: the embeddings, the layers (adapters after each layer's own), the
   // final norm and the head (the optimizer walks them in the same order)
   const size_t lead = std::min(s.leading_outer, op.size());
-  for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, "parameter");
-  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, "parameter"); });
-  for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, "parameter");
+  for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, kParameter);
+  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, kParameter); });
+  for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, kParameter);
   const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
   std::vector<ListState> states(rest);
   ListState state0;
@@ -499,9 +611,10 @@ void run(Sink& sink, const StepSetup& s) {
   std::vector<int> outer_grads, grads0;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
-      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), "input_ids");  // input_ids (labels: the same tensor)
+      sink.phase(Phase::Forward);
+      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), kInputIds);
       if (step == 0 && micro == 0)
-        for (u64 w : s.workspaces) sink.alloc(w, "workspace");  // kept by the cuBLAS handle (PyTorch creates them
+        for (u64 w : s.workspaces) sink.alloc(w, kWorkspace);  // kept by the cuBLAS handle (PyTorch creates them
                                                                 // at the first matmul, a few tensors later)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
@@ -539,9 +652,10 @@ void run(Sink& sink, const StepSetup& s) {
       ListState h = forward(sink, head, carried, false, false);
       // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
       // backward returns (torch/autograd/__init__.py _make_grads)
-      const int seed = sink.alloc(4, "loss.grad_seed");
+      const int seed = sink.alloc(4, Part::LogitsLoss, "loss.grad_seed");
       const bool tied = s.tied_embeddings && s.layer.full;
       const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? tied_head : kKeep};
+      sink.phase(Phase::Backward);
       int grad = backward(sink, head, h, -1, head_wg);
       if (micro == 0)
         for (int g : h.weight_grads) outer_grads.push_back(g);
@@ -570,9 +684,10 @@ void run(Sink& sink, const StepSetup& s) {
         // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h]); the sum
         // becomes the .grad in the first micro-batch and is added into it in a later one
         const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
-        const int dense = sink.alloc(vh, "embed.weight_grad");
-        const int sum = sink.alloc(vh, "tied_weight_grad");
+        const int dense = sink.alloc(vh, kDenseEmbedGrad);
+        const int sum = sink.alloc(vh, micro == 0 ? kTiedGrad : kTiedGradNew);
         sink.free(dense);
+        if (micro == 0) sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
         if (micro == 0) {
           auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
           sink.free(*head_grad);
@@ -589,6 +704,7 @@ void run(Sink& sink, const StepSetup& s) {
       sink.free(ids);
     }
     // optimizer: state at the first step, then the foreach temporaries (one per parameter)
+    sink.phase(Phase::OptimizerStep);
     auto trained = [&](const std::vector<ParamTensor>& ps) {
       std::vector<u64> b;
       for (const ParamTensor& t : ps)
@@ -604,8 +720,8 @@ void run(Sink& sink, const StepSetup& s) {
       // ("special device hosting for step"), off the GPU.
       const u64 counter = s.optimizer == StepOptimizer::AdamWFused ? 4 : 0;
       auto state = [&](u64 b) {
-        sink.alloc(counter, "optimizer_step");
-        sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state");
+        sink.alloc(counter, kOptimizerStep);
+        sink.alloc(b, kOptimizerState), sink.alloc(b, kOptimizerState);
       };
       for (u64 b : to_lead) state(b);
       sink.repeat(s.layers, [&](u64) { for (u64 b : tl) state(b); });
@@ -613,10 +729,10 @@ void run(Sink& sink, const StepSetup& s) {
     }
     if (s.optimizer == StepOptimizer::AdamWForeach) {
       std::vector<int> tmp;
-      for (u64 b : to_lead) tmp.push_back(sink.alloc(b, "optimizer_temp"));
+      for (u64 b : to_lead) tmp.push_back(sink.alloc(b, kOptimizerTemp));
       std::vector<std::vector<int>> ltmp(s.layers);
-      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, "optimizer_temp")); });
-      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
+      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, kOptimizerTemp)); });
+      for (u64 b : to) tmp.push_back(sink.alloc(b, kOptimizerTemp));
       for (int t : tmp) sink.free(t);
       sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
     }
@@ -699,6 +815,9 @@ StepLists step_lists(const StepSetup& s) {
     for (OpList* list : {&l.embedding, &l.layer, &l.head})
       for (TensorOp& t : *list)
         if (t.op == "bernoulli_") t.dtype = Dt::Bool, t.op = "native_dropout";
+  // the logits and what the loss makes of them (their fp32 copy, a family's capping, the labels, the
+  // log-probabilities), from the head's "logits" entry on, count as logits_loss, as their gradients do
+  for (auto it = position(l.head, "logits"); it != l.head.end(); ++it) it->part = Part::LogitsLoss;
   // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
   // backward accumulates into it in place
   if (s.tied_embeddings)
@@ -955,11 +1074,60 @@ Trace step_trace_with_loops(const StepSetup& s) {
   return t;
 }
 
-u64 peak_allocated(const StepSetup& s) {
+std::string_view phase_name(Phase p) {
+  static constexpr std::string_view kNames[kPhases] = {"forward", "loss", "backward", "optimizer_step"};
+  return kNames[static_cast<size_t>(p)];
+}
+
+StepPeak step_peak(const StepSetup& s) {
   Sink sink(false, s.round_512);
   run(sink, s);
-  return sink.peak();
+  const Best& b = sink.best();
+  return {b.bytes, b.phase, b.parts, b.phases};
 }
+
+StepPeak trace_step_peak(const StepSetup& s) {
+  Sink sink(true, false, false, true);
+  sink.reserve(events_bound(s));
+  run(sink, s);
+  const std::vector<std::int64_t> trace = sink.take_trace();
+  const std::vector<Part>& parts = sink.trace_parts();
+  const std::vector<Phase>& phases = sink.trace_phases();
+  const std::vector<Sink::Retag>& retags = sink.retags();
+  std::vector<Part> now(parts);  // each allocation's component, as retagged so far
+  std::vector<u64> sizes;
+  u64 live = 0;
+  Parts live_parts{};
+  StepPeak peak;
+  size_t next_retag = 0;
+  for (size_t k = 0; k < trace.size(); ++k) {
+    for (; next_retag < retags.size() && retags[next_retag].at == k; ++next_retag) {
+      const Sink::Retag& t = retags[next_retag];
+      const size_t id = static_cast<size_t>(t.id);
+      live_parts[static_cast<size_t>(now[id])] -= sizes.at(id);
+      live_parts[static_cast<size_t>(t.part)] += sizes[id];
+      now[id] = t.part;
+    }
+    const std::int64_t e = trace[k];
+    if (e < 0) {
+      const size_t id = static_cast<size_t>(-e - 1);
+      live -= sizes.at(id);
+      live_parts[static_cast<size_t>(now[id])] -= sizes[id];
+      continue;
+    }
+    const size_t id = sizes.size();
+    const u64 b = s.round_512 ? round_up(static_cast<u64>(e), 512) : static_cast<u64>(e);
+    sizes.push_back(b);
+    live += b;
+    live_parts[static_cast<size_t>(now[id])] += b;
+    if (live > peak.bytes) peak.bytes = live, peak.parts = live_parts, peak.phase = phases[id];
+    u64& in_phase = peak.phase_peaks[static_cast<size_t>(phases[id])];
+    in_phase = std::max(in_phase, live);
+  }
+  return peak;
+}
+
+u64 peak_allocated(const StepSetup& s) { return step_peak(s).bytes; }
 
 u64 trace_peak(const std::vector<std::int64_t>& trace, bool round_512) {
   std::vector<u64> sizes;

@@ -11,6 +11,7 @@
 // (tests/schedule_test.cpp checks it against the trace sink).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -116,6 +117,31 @@ struct Trace {
 
 /// step_trace, with where its per-layer loops are (hints for alloc::simulate_periodic).
 [[nodiscard]] Trace step_trace_with_loops(const StepSetup& s);
+
+/// The phases of a step (the estimator's PhasePeak names, phase_name): the forward (the weights
+/// and the batch before it), the loss (from the logits on), the backward, the optimizer step (and
+/// zero_grad).
+enum class Phase : std::uint8_t { Forward, Loss, Backward, OptimizerStep };
+inline constexpr size_t kPhases = 4;
+/// "forward", "loss", "backward", "optimizer_step".
+[[nodiscard]] std::string_view phase_name(Phase p);
+
+/// The run's allocated peak with what is live there: the phase of its first moment, the bytes of
+/// each component (kParts, indexed by Part; they sum to `bytes`), and the largest live bytes
+/// within each phase (indexed by Phase; 0: the phase allocates nothing).
+struct StepPeak {
+  u64 bytes = 0;
+  Phase phase = Phase::Forward;
+  std::array<u64, kParts> parts{};
+  std::array<u64, kPhases> phase_peaks{};
+};
+
+/// The peak with its phase and components, by the periodic shortcut (each per-layer loop run once:
+/// n identical iterations with net change d and, per component, d_c: the peak of the last one,
+/// if d > 0, has the first one's components plus (n - 1) d_c).
+[[nodiscard]] StepPeak step_peak(const StepSetup& s);
+/// The same from the full trace (every iteration run; for tests).
+[[nodiscard]] StepPeak trace_step_peak(const StepSetup& s);
 
 /// Peak live bytes of the run, by the periodic shortcut.
 [[nodiscard]] u64 peak_allocated(const StepSetup& s);

@@ -34,7 +34,8 @@ def print_estimate(e):
     print("  %-26s %10s %7s" % ("component", "GiB", "share"))
     for c in g["breakdown"]:
         print("  %-26s %10.2f %6.1f%%" % (c["name"], c["bytes"] / _GIB, 100.0 * c["bytes"] / total if total > 0 else 0.0))
-    print("\n  %-26s %10.2f   torch.cuda.max_memory_allocated" % ("peak allocated", g["allocated_peak_bytes"] / _GIB))
+    print("\n  %-26s %10.2f   torch.cuda.max_memory_allocated (%s)" % ("peak allocated", g["allocated_peak_bytes"] / _GIB,
+                                                                        g.get("allocated_method", "engine")))
     print("  %-26s %10.2f   torch.cuda.max_memory_reserved (%s)" % ("peak reserved", g["reserved_peak_bytes"] / _GIB,
                                                                      g.get("reserved_method", "approximate rule")))
     print("  %-26s %10.2f   nvidia-smi" % ("device total", g["device_total_bytes"] / _GIB))

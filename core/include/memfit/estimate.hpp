@@ -49,10 +49,22 @@ struct Estimate {
   /// How reserved_peak_bytes was found: "simulated allocator over the tensor schedule" (the
   /// setups the schedule covers, on CUDA), "approximate rule", or none on CPU.
   std::string reserved_method;
+  /// Where allocated_peak_bytes, peak_phase, phases and the breakdown's components come from:
+  /// "tensor schedule" (the training setups sched::step_setup covers, where the engine agrees within
+  /// 2 %), "tensor schedule and engine disagree by X %: the larger (...)", or "engine (...)" (the
+  /// sum-based engine of activations.cpp: every setup the schedule does not describe).
+  std::string allocated_method;
 };
+
+/// Which model gives the allocated figure: the tensor schedule where it covers the run (the
+/// estimate), or the sum-based engine alone (for comparing the two: tests, tables).
+enum class AllocatedFrom { ScheduleWhereCovered, Engine };
 
 /// The estimate for one GPU (the busiest rank for distributed setups). Throws Error for
 /// requests that cannot be estimated (e.g. a LoRA target the model does not have).
 [[nodiscard]] Estimate estimate(const Request& request);
+/// The same with the allocated figure from the model named (estimate(r) is
+/// estimate_from(r, AllocatedFrom::ScheduleWhereCovered)).
+[[nodiscard]] Estimate estimate_from(const Request& request, AllocatedFrom from);
 
 }  // namespace memfit
