@@ -229,34 +229,64 @@ u64 mlp_norm_backward(const ModelSpec& m, const Request& r, u64 mlp_saved, u64 m
   return sub_floor(live, released);
 }
 
-}  // namespace
+/// One decoder layer as the walk sees it: the model, its layer group, the request and which
+/// Linears train, with the element sizes and widths every block of the walk reads.
+struct Layer {
+  const ModelSpec& m;
+  const LayerGroup& g;
+  const Request& r;
+  const TrainableLinears& t;
+  const FamilyActivations& fam;
+  ModuleImpl impl;
+  Dtypes d;
+  u64 tokens = 0;    ///< micro-batch x sequence (per rank)
+  u64 s = 0;         ///< attended positions per query (eager's s x s terms)
+  u64 p = 0;         ///< bytes of the compute dtype (Linear outputs, attention)
+  u64 h = 0;         ///< hidden width
+  u64 a = 0;         ///< query heads
+  u64 qw = 0, kw = 0, vw = 0;  ///< q, k and v projection widths
+  u64 ow = 0;        ///< attention output width
+  bool gqa = false;  ///< fewer K/V heads than query heads
+  bool mla = false;  ///< multi-latent attention (DeepSeek-V3)
+  bool full = false; ///< full fine-tuning (every Linear trains)
+  u64 adapter_bytes = 0;       ///< LoRA adapters' dtype bytes (0: no adapters)
+  bool cpu_sdpa_math = false;  ///< SDPA falls back to CPU's _scaled_dot_product_attention_math
+  u64 moe_slots = 0;           ///< expert runs per token
+  u64 xp = 0;                  ///< bytes per element of the routed experts' tensors
+  u64 norm_out = 0;            ///< bytes of a norm's output (the residual dtype: fp32 under autocast)
+  bool gemma_norm = false;     ///< FamilyActivations::norm_fp32_one_plus_weight
+  bool bnb4 = false, bnb8 = false;  ///< QLoRA over bitsandbytes 4-bit / LLM.int8 Linears
+  bool ctx_keeps_input = false;     ///< their autograd contexts hold the Linear's input (see layer_of)
+  u64 ctx_elem = 0;                 ///< bytes of the input the 4-bit context holds (the load dtype)
+  u64 ctx_transposed = 0;           ///< int8 transposed copy the context holds, per input element
+  u64 act_saves = 0;                ///< activation_saves(m.activation)
+  bool relu = false;                ///< relu keeps its output, not its input
+};
 
-LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
-                                   const TrainableLinears& t, u64 tokens, u64 seq) {
+Layer layer_of(const ModelSpec& m, const LayerGroup& g, const Request& r, const TrainableLinears& t, u64 tokens,
+               u64 seq) {
   const Dtypes d = dtypes_for(r);
-  const u64 p = d.compute;
-  const u64 h = m.hidden;
-  const u64 a = m.heads;
-  const u64 qw = mul(m.heads, m.head_dim);
-  const u64 kw = mul(m.kv_heads, m.head_dim);
-  const u64 vw = mul(m.kv_heads, m.v_head_dim);
-  const u64 ow = mul(m.heads, m.v_head_dim);  // attention output width
-  const bool gqa = m.kv_heads < m.heads;
-  const bool mla = m.attention == AttentionKind::MultiLatent;
-  const bool full = r.task == Task::Full;
+  Layer L{.m = m, .g = g, .r = r, .t = t, .fam = family_activations(m), .impl = module_impl(r), .d = d};
+  L.tokens = tokens;
+  L.p = d.compute;
+  L.h = m.hidden;
+  L.a = m.heads;
+  L.qw = mul(m.heads, m.head_dim);
+  L.kw = mul(m.kv_heads, m.head_dim);
+  L.vw = mul(m.kv_heads, m.v_head_dim);
+  L.ow = mul(m.heads, m.v_head_dim);  // attention output width
+  L.gqa = m.kv_heads < m.heads;
+  L.mla = m.attention == AttentionKind::MultiLatent;
+  L.full = r.task == Task::Full;
   // Eager attention materialises s x s scores even for sliding-window layers (the window is a mask).
-  const u64 s = seq;
-  const u64 adapter_bytes = t.lora_rank == 0 ? 0 : (r.lora.adapter_bytes ? r.lora.adapter_bytes : 4);
-  const FamilyActivations& fam = family_activations(m);
-  const bool fp32_router = fam.fp32_router;
+  L.s = seq;
+  L.adapter_bytes = t.lora_rank == 0 ? 0 : (r.lora.adapter_bytes ? r.lora.adapter_bytes : 4);
   // CPU SDPA: the flash kernel needs one head dim for q, k and v (sdp_utils_cpp.cpp
   // check_head_dim_size_cpp) and refuses dropout_p > 0: MLA (qk_head_dim != v_head_dim) and
   // attention dropout fall back to _scaled_dot_product_attention_math.
-  const bool cpu_sdpa_math = r.attention == AttentionImpl::Sdpa && r.device == Device::Cpu &&
-                             (m.attention_dropout > 0 || (mla && m.head_dim != m.v_head_dim));
-
-  u64 saved = 0;    // bytes per token
-  const u64 moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
+  L.cpu_sdpa_math = r.attention == AttentionImpl::Sdpa && r.device == Device::Cpu &&
+                    (m.attention_dropout > 0 || (L.mla && m.head_dim != m.v_head_dim));
+  L.moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
   // Fused experts run torch._grouped_mm, which is not on CPU autocast's op list: under autocast
   // their tensors stay in the (fp32) dtype of the hidden states they gather (measured, torch 2.15:
   // _grouped_mm of fp32 operands under autocast("cpu", bfloat16) returns fp32; peak dump of tuning
@@ -264,30 +294,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // [1536, 384], silu and mul [1536, 192] in the recomputed layer). CUDA's list is not verified
   // here: there the experts are taken to run in half, as before.
   const bool fp32_experts = d.amp && g.moe && !g.experts_on_every_token && r.device == Device::Cpu;
-  const u64 xp = fp32_experts ? d.residual : p;  // bytes per element of the routed experts' tensors
-  u64 ctx_held = 0, ctx_only = 0;  // per token: what quantized Linears' contexts hold (see slot), and what only they hold
-  u64 hid = 0;      // the [T, h] part of `saved`
-  u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
-  auto keep = [&](u64 bytes) { saved = add(saved, bytes); };
-  auto keep_hidden = [&](u64 bytes) {
-    saved = add(saved, bytes);
-    hid = add(hid, bytes);
-  };
-
-  // What the Linear layers reading one activation keep for their weight gradients
-  // (the input gradient needs only the weight). A trained Linear keeps the activation itself,
-  // or under autocast its own half cast of it; a LoRA adapter keeps the activation when it has
-  // the same dtype, else its own cast (PEFT casts the input to the adapter dtype), plus the rank-r
-  // output of lora_A that lora_B keeps. Returns {bytes kept by consumers besides the shared
-  // tensor, whether the shared tensor itself is kept}.
-  struct SlotKeep {
-    u64 extra = 0;
-    bool shared = false;
-    u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
-    bool ctx_held = false;  ///< a quantized Linear's context holds the shared tensor outside autograd's saving
-    bool ctx_only = false;  ///< ... and nothing else keeps it (a recomputation does not re-create it)
-    u64 ctx_extra = 0;      ///< tensors of their own the contexts hold (a cast of the input, int8 CAt)
-  };
+  L.xp = fp32_experts ? d.residual : L.p;
   // bitsandbytes' quantized Linears keep tensors as attributes of their autograd context, not
   // through save_for_backward (bitsandbytes.cpp: which, per release). Kept whether or not the
   // Linear has an adapter, and checkpointing's saved-tensor hooks never see them: alive from the
@@ -297,114 +304,208 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // shared input when the dtypes agree, else a copy of its own. LLM.int8 keeps x itself, and
   // MatMul8bitLt before 0.45 on CUDA its int8 transposed copy too (fused experts are not Linears:
   // bitsandbytes leaves them alone).
-  const bool bnb4 = r.task == Task::Qlora && (r.quantization == Quantization::Nf4 ||
-                                              r.quantization == Quantization::Nf4Double || r.quantization == Quantization::Fp4);
-  const bool bnb8 = r.task == Task::Qlora && r.quantization == Quantization::Int8;
+  L.bnb4 = r.task == Task::Qlora && (r.quantization == Quantization::Nf4 ||
+                                     r.quantization == Quantization::Nf4Double || r.quantization == Quantization::Fp4);
+  L.bnb8 = r.task == Task::Qlora && r.quantization == Quantization::Int8;
   const BnbContext& bnb = bnb_context(r.runtime.bitsandbytes_version);
-  const bool ctx_keeps_input = (bnb4 && bnb.four_bit_keeps_input) || (bnb8 && bnb.int8_keeps_input);
-  const u64 ctx_elem = r.precision == Precision::Bf16 || r.precision == Precision::Fp16 ? 2 : 4;
-  const u64 ctx_transposed = bnb8 && r.device == Device::Cuda ? bnb.int8_transposed_bytes : 0;
-  const ModuleImpl impl = module_impl(r);
-  auto qkv_name = [](const std::string& n) { return n == "q_proj" || n == "k_proj" || n == "v_proj"; };
-  auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
-    SlotKeep k;
-    bool qkv_seen = false;  // fused_qkv: the one input cast / dropout and lora_A input are counted
-    u64 qkv_enabled = 0, qkv_enabled_width = 0;
-    for (size_t i = 0; i < g.linears.size(); ++i) {
-      const Linear& l = g.linears[i];
-      bool reads = false;
-      for (LinearInput in : inputs) reads = reads || l.input == in;
-      // MLA: q_b_proj reads q_a_layernorm's output (q_lora_rank wide), kv_b_proj kv_a_layernorm's
-      const u64 w = (mla && l.name == "q_b_proj") ? m.q_lora_rank : width;
-      if (reads && ctx_keeps_input && !l.routed) {
-        if (bnb8 || ctx_elem == elem) k.ctx_held = true;
-        else k.ctx_extra = add(k.ctx_extra, mul(ctx_elem, w));
-      }
-      if (reads && !l.routed) k.ctx_extra = add(k.ctx_extra, mul(ctx_transposed, w));
-      if (!reads || !t.saves_input[i]) continue;
-      if (l.routed && g.moe) continue;  // fused experts: counted with the MoE block
-      const u64 share = l.routed && g.experts > 0 ? g.experts_per_token : 1;  // routed tokens per token
-      // DeepSeek-V3's router runs F.linear(x.float(), W.float()): it keeps an fp32 copy of a half input
-      if (fp32_router && l.name == "gate" && g.moe) {
-        if (elem == 4) k.shared = true;
-        else k.extra = add(k.extra, mul(4, w));
-        continue;
-      }
-      // a parametrised weight (PEFT ParamWrapper: a Transformers 5 router) keeps the input like a
-      // trained Linear; the merged weight is counted per layer
-      if (full || (i < t.parametrized.size() && t.parametrized[i])) {
-        if (impl.fused_qkv && qkv_name(l.name)) {
-          if (qkv_seen) continue;
-          qkv_seen = true;
-        }
-        if (d.amp) k.extra = add(k.extra, mul(2, w, share));
-        else if (share == 1) k.shared = true;
-        else k.extra = add(k.extra, mul(elem, w, share));
-        continue;
-      }
-      // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
-      // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
-      // input; autocast keeps its half cast of it instead) plus dropout's mask.
-      if (impl.fused_qkv && qkv_name(l.name)) {
-        ++qkv_enabled;
-        qkv_enabled_width = add(qkv_enabled_width, l.out);
-        if (qkv_seen) {  // lora_A's rows for this projection: its part of the rank-r output
-          k.extra = add(k.extra, mul(d.amp ? 2 : adapter_bytes, t.lora_rank));
-          continue;
-        }
+  L.ctx_keeps_input = (L.bnb4 && bnb.four_bit_keeps_input) || (L.bnb8 && bnb.int8_keeps_input);
+  L.ctx_elem = r.precision == Precision::Bf16 || r.precision == Precision::Fp16 ? 2 : 4;
+  L.ctx_transposed = L.bnb8 && r.device == Device::Cuda ? bnb.int8_transposed_bytes : 0;
+  // Gemma's RMSNorm multiplies in fp32 by (1 + weight): a trained weight makes it keep the fp32
+  // x_hat, and the mul keeps the fp32 (1 + weight) [h] (a per-layer constant, counted at the end).
+  L.gemma_norm = L.fam.norm_fp32_one_plus_weight;
+  // The output of a norm is in the residual dtype (fp32 under autocast).
+  L.norm_out = d.residual;
+  L.act_saves = activation_saves(m.activation);
+  L.relu = m.activation == "relu";
+  return L;
+}
+
+// What the Linear layers reading one activation keep for their weight gradients
+// (the input gradient needs only the weight). A trained Linear keeps the activation itself,
+// or under autocast its own half cast of it; a LoRA adapter keeps the activation when it has
+// the same dtype, else its own cast (PEFT casts the input to the adapter dtype), plus the rank-r
+// output of lora_A that lora_B keeps. slot_keep returns {bytes kept by consumers besides the shared
+// tensor, whether the shared tensor itself is kept}.
+struct SlotKeep {
+  u64 extra = 0;
+  bool shared = false;
+  u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
+  bool ctx_held = false;  ///< a quantized Linear's context holds the shared tensor outside autograd's saving
+  bool ctx_only = false;  ///< ... and nothing else keeps it (a recomputation does not re-create it)
+  u64 ctx_extra = 0;      ///< tensors of their own the contexts hold (a cast of the input, int8 CAt)
+};
+
+bool is_qkv_name(const std::string& n) { return n == "q_proj" || n == "k_proj" || n == "v_proj"; }
+
+SlotKeep slot_keep(const Layer& L, std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const TrainableLinears& t = L.t;
+  const Dtypes& d = L.d;
+  const u64 adapter_bytes = L.adapter_bytes;
+  SlotKeep k;
+  bool qkv_seen = false;  // fused_qkv: the one input cast / dropout and lora_A input are counted
+  u64 qkv_enabled = 0, qkv_enabled_width = 0;
+  for (size_t i = 0; i < g.linears.size(); ++i) {
+    const Linear& l = g.linears[i];
+    bool reads = false;
+    for (LinearInput in : inputs) reads = reads || l.input == in;
+    // MLA: q_b_proj reads q_a_layernorm's output (q_lora_rank wide), kv_b_proj kv_a_layernorm's
+    const u64 w = (L.mla && l.name == "q_b_proj") ? m.q_lora_rank : width;
+    if (reads && L.ctx_keeps_input && !l.routed) {
+      if (L.bnb8 || L.ctx_elem == elem) k.ctx_held = true;
+      else k.ctx_extra = add(k.ctx_extra, mul(L.ctx_elem, w));
+    }
+    if (reads && !l.routed) k.ctx_extra = add(k.ctx_extra, mul(L.ctx_transposed, w));
+    if (!reads || !t.saves_input[i]) continue;
+    if (l.routed && g.moe) continue;  // fused experts: counted with the MoE block
+    const u64 share = l.routed && g.experts > 0 ? g.experts_per_token : 1;  // routed tokens per token
+    // DeepSeek-V3's router runs F.linear(x.float(), W.float()): it keeps an fp32 copy of a half input
+    if (L.fam.fp32_router && l.name == "gate" && g.moe) {
+      if (elem == 4) k.shared = true;
+      else k.extra = add(k.extra, mul(4, w));
+      continue;
+    }
+    // a parametrised weight (PEFT ParamWrapper: a Transformers 5 router) keeps the input like a
+    // trained Linear; the merged weight is counted per layer
+    if (L.full || (i < t.parametrized.size() && t.parametrized[i])) {
+      if (L.impl.fused_qkv && is_qkv_name(l.name)) {
+        if (qkv_seen) continue;
         qkv_seen = true;
       }
-      const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
-      k.masks = add(k.masks, mul(mask, w, share));
-      if (d.amp) k.extra = add(k.extra, mul(add(mul(2, add(w, t.lora_rank)), mul(mask, w)), share));
-      else if (adapter_bytes == elem && share == 1 && mask == 0) {
-        k.shared = true;
-        k.extra = add(k.extra, mul(adapter_bytes, t.lora_rank));
-      } else {
-        k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
-      }
+      if (d.amp) k.extra = add(k.extra, mul(2, w, share));
+      else if (share == 1) k.shared = true;
+      else k.extra = add(k.extra, mul(elem, w, share));
+      continue;
     }
-    // LoRAQKVLinear.zero_pad: index_copy_ keeps its source, lora_B's output in the compute dtype
-    if (qkv_enabled > 0 && qkv_enabled < 3) k.extra = add(k.extra, mul(d.compute, qkv_enabled_width));
-    k.ctx_only = k.ctx_held && !k.shared;
-    k.shared = k.shared || k.ctx_held;
-    return k;
-  };
-  auto held_by_ctx = [&](const SlotKeep& k, u64 bytes) {
+    // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
+    // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
+    // input; autocast keeps its half cast of it instead) plus dropout's mask.
+    if (L.impl.fused_qkv && is_qkv_name(l.name)) {
+      ++qkv_enabled;
+      qkv_enabled_width = add(qkv_enabled_width, l.out);
+      if (qkv_seen) {  // lora_A's rows for this projection: its part of the rank-r output
+        k.extra = add(k.extra, mul(d.amp ? 2 : adapter_bytes, t.lora_rank));
+        continue;
+      }
+      qkv_seen = true;
+    }
+    const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
+    k.masks = add(k.masks, mul(mask, w, share));
+    if (d.amp) k.extra = add(k.extra, mul(add(mul(2, add(w, t.lora_rank)), mul(mask, w)), share));
+    else if (adapter_bytes == elem && share == 1 && mask == 0) {
+      k.shared = true;
+      k.extra = add(k.extra, mul(adapter_bytes, t.lora_rank));
+    } else {
+      k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
+    }
+  }
+  // LoRAQKVLinear.zero_pad: index_copy_ keeps its source, lora_B's output in the compute dtype
+  if (qkv_enabled > 0 && qkv_enabled < 3) k.extra = add(k.extra, mul(d.compute, qkv_enabled_width));
+  k.ctx_only = k.ctx_held && !k.shared;
+  k.shared = k.shared || k.ctx_held;
+  return k;
+}
+
+/// What the walk has counted so far: bytes per token kept for backward, and their parts.
+struct Kept {
+  u64 saved = 0;     ///< bytes per token
+  u64 hidden = 0;    ///< the [T, h] part of `saved`
+  u64 per_pos = 0;   ///< bytes per token per attended position (s x s terms)
+  u64 ctx_held = 0;  ///< per token: what quantized Linears' contexts hold (see slot_keep)
+  u64 ctx_only = 0;  ///< ... and what only they hold
+  u64 norms = 0;     ///< norms counted in the layer (Gemma's fp32 (1 + weight) each)
+
+  void keep(u64 bytes) { saved = add(saved, bytes); }
+  void keep_hidden(u64 bytes) {
+    saved = add(saved, bytes);
+    hidden = add(hidden, bytes);
+  }
+  /// A norm's saved tensors (a [T, h] part).
+  void keep_norm(u64 bytes) {
+    ++norms;
+    keep_hidden(bytes);
+  }
+  /// What quantized Linears' contexts hold of a slot whose shared tensor is `bytes` wide.
+  void held_by_ctx(const SlotKeep& k, u64 bytes) {
     if (k.ctx_held) ctx_held = add(ctx_held, bytes);
     if (k.ctx_only) ctx_only = add(ctx_only, bytes);
     keep(k.ctx_extra);
     ctx_held = add(ctx_held, k.ctx_extra);
     ctx_only = add(ctx_only, k.ctx_extra);
-  };
+  }
+};
 
-  // A norm keeps its input (RMSNorm: an fp32 copy when the input is half) and its statistics;
-  // a trained RMSNorm also keeps the normalised value for its weight gradient (LayerNorm's
-  // backward recomputes it from mean/rstd).
-  // Gemma's RMSNorm multiplies in fp32 by (1 + weight): a trained weight makes it keep the fp32
-  // x_hat, and the mul keeps the fp32 (1 + weight) [h] (a per-layer constant, counted below).
-  const bool gemma_norm = fam.norm_fp32_one_plus_weight;
-  u64 norms_in_layer = 0;
-  auto norm = [&](bool input_is_shared_residual) {
-    const u64 in = d.residual;
-    u64 b = 0;
-    ++norms_in_layer;
-    if (m.norm == NormKind::RMSNorm && r.runtime.compile) {
-      // compiled: one fused kernel keeps its input and rstd; backward recomputes the rest
-      b = add(input_is_shared_residual ? 0 : mul(in, h), 4);
-    } else if (m.norm == NormKind::RMSNorm) {
-      b = add(in == 2 ? mul(4, h) : (input_is_shared_residual ? 0 : mul(4, h)), 4);
-      if (full) b = add(b, mul((in == 2 && !gemma_norm && !impl.norm_normalised_fp32) ? 2 : 4, h));
-    } else {
-      // native_layer_norm keeps mean and rstd [T, 1]: fp32 on CUDA, the input dtype on CPU
-      // (measured: bf16 gpt2/falcon keep two bf16 [b, s, 1])
-      const u64 stats = (r.device == Device::Cpu && in == 2) ? 4 : 8;
-      b = add(input_is_shared_residual ? 0 : mul(in, h), stats);
-    }
+// A norm keeps its input (RMSNorm: an fp32 copy when the input is half) and its statistics;
+// a trained RMSNorm also keeps the normalised value for its weight gradient (LayerNorm's
+// backward recomputes it from mean/rstd).
+u64 norm_keeps(const Layer& L, bool input_is_shared_residual) {
+  const u64 in = L.d.residual, h = L.h;
+  if (L.m.norm == NormKind::RMSNorm && L.r.runtime.compile) {
+    // compiled: one fused kernel keeps its input and rstd; backward recomputes the rest
+    return add(input_is_shared_residual ? 0 : mul(in, h), 4);
+  }
+  if (L.m.norm == NormKind::RMSNorm) {
+    u64 b = add(in == 2 ? mul(4, h) : (input_is_shared_residual ? 0 : mul(4, h)), 4);
+    if (L.full) b = add(b, mul((in == 2 && !L.gemma_norm && !L.impl.norm_normalised_fp32) ? 2 : 4, h));
     return b;
-  };
-  // The output of a norm is in the residual dtype (fp32 under autocast).
-  const u64 norm_out = d.residual;
+  }
+  // native_layer_norm keeps mean and rstd [T, 1]: fp32 on CUDA, the input dtype on CPU
+  // (measured: bf16 gpt2/falcon keep two bf16 [b, s, 1])
+  const u64 stats = (L.r.device == Device::Cpu && in == 2) ? 4 : 8;
+  return add(input_is_shared_residual ? 0 : mul(in, h), stats);
+}
+
+// Per token through one MLP of width w: the activation's saved input(s), the tensors the
+// gated product keeps, and the input of down_proj (kept by it, or by relu as its output).
+u64 mlp_keeps(const Layer& L, u64 w, u64 share) {
+  const u64 p = L.p;
+  u64 b = 0;
+  // compiled: the activation fuses with the product; the gate and up (or fc1) outputs are kept
+  // and act(gate) is recomputed in backward (down_proj still keeps its input)
+  if (L.r.runtime.compile) b = mul(p, w, L.m.mlp == MlpKind::Gated ? 2 : 1);
+  else if (L.m.mlp == MlpKind::Gated) b = add(mul(p, w, L.act_saves), mul(2, p, w));  // act in, act out, up out
+  else b = L.relu ? mul(p, w) : mul(p, w, L.act_saves);
+  return mul(b, share);
+}
+
+/// Whether a LoRA adapter sits on a Linear reading `in`.
+bool lora_on(const Layer& L, LinearInput in) {
+  if (L.full || L.t.lora_rank == 0) return false;
+  for (size_t i = 0; i < L.g.linears.size(); ++i)
+    if (L.g.linears[i].input == in && L.t.saves_input[i]) return true;
+  return false;
+}
+
+/// A Linear's forward output is p x out; a LoRA adapter adds lora_B's output and its `* scaling`
+/// copy in the adapter dtype before PEFT adds them to the base output (measured: peft 0.21
+/// LoraLayer.forward, fp32 and bf16 models alike).
+u64 linear_output(const Layer& L, LinearInput in, u64 width) {
+  return mul(width, add(L.p, lora_on(L, in) ? mul(2, L.adapter_bytes) : 0));
+}
+
+}  // namespace
+
+LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
+                                   const TrainableLinears& t, u64 tokens, u64 seq) {
+  const Layer L = layer_of(m, g, r, t, tokens, seq);
+  const Dtypes d = L.d;
+  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, s = L.s;
+  const bool gqa = L.gqa, mla = L.mla, full = L.full, cpu_sdpa_math = L.cpu_sdpa_math;
+  const u64 adapter_bytes = L.adapter_bytes, moe_slots = L.moe_slots, xp = L.xp, norm_out = L.norm_out;
+  const FamilyActivations& fam = L.fam;
+  const bool fp32_router = fam.fp32_router, gemma_norm = L.gemma_norm, bnb4 = L.bnb4;
+  const ModuleImpl impl = L.impl;
+  const u64 act_saves = L.act_saves;
+  const bool relu = L.relu;
+  Kept kept;
+  auto keep = [&](u64 bytes) { kept.keep(bytes); };
+  auto keep_hidden = [&](u64 bytes) { kept.keep_hidden(bytes); };
+  auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) { return slot_keep(L, inputs, width, elem); };
+  auto held_by_ctx = [&](const SlotKeep& sk, u64 bytes) { kept.held_by_ctx(sk, bytes); };
+  auto norm = [&](bool shared) { ++kept.norms; return norm_keeps(L, shared); };
 
   // ---- attention block -------------------------------------------------------------------
   const u64 first_norm = norm(false);
@@ -586,7 +687,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         if (m.attention_dropout > 0)
           probs = add(probs, dropout_mask(m.attention_dropout, r, fam.probs_to_value_dtype ? p : 4));
       }
-      saved_s = add(saved_s, mul(a, probs));
+      kept.per_pos = add(kept.per_pos, mul(a, probs));
       fwd_s = mul(2, p, a);
       // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
       // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
@@ -629,7 +730,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         // [b*nh,s,dqk], (k*scale)^T [b*nh,dqk,s], the softmax output [b,nh,s,s] and v
         // [b*nh,s,dv], all fp32 (half inputs are upcast on CPU); o_proj reads a model-dtype copy.
         keep(mul(4, add(mul(2, qw), ow)));
-        saved_s = add(saved_s, mul(4, a));
+        kept.per_pos = add(kept.per_pos, mul(4, a));
         fwd_s = mul(2, 4, a);
         bwd_s = mul(2, 4, a);
         break;
@@ -650,7 +751,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         // inputs are upcast to a v copy.
         const bool v_views_fused = m.fused_qkv && p == 4 && !d.amp && tokens == seq;
         keep(mul(4, add(mul(2, qw), v_views_fused ? add(qw, add(kw, vw)) : ow)));
-        saved_s = add(saved_s, mul(12, a));
+        kept.per_pos = add(kept.per_pos, mul(12, a));
         fwd_s = mul(2, 4, a);
         // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
         // tensors alive), then frees that output; the mask's mul makes the softmax output's
@@ -687,7 +788,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         k_bytes = mul(p, qw);
         v_bytes = mul(p, ow);
       }
-      if (layer_mask) saved_s = add(saved_s, p);
+      if (layer_mask) kept.per_pos = add(kept.per_pos, p);
       keep(add(q_bytes, add(k_bytes, v_bytes)));
       keep(add(mul(p, ow), lse));
       out_is_kept = true;
@@ -708,7 +809,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // of tuning cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd and
   // phi/h256-L2-V1024/full/bf16/gc/eager/b1s256/sgd/gas2 at _softmax_backward_data: no o_proj
   // input, no post_attention_layernorm input, no resid_dropout noise of the recomputed layer).
-  const u64 before_tail = sub_floor(saved, v_excess);
+  const u64 before_tail = sub_floor(kept.saved, v_excess);
   // o_proj's input: the attention output (a transpose copy in eager mode).
   const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
   keep(o_in.extra);
@@ -731,10 +832,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // peak dump of tuning case biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw at the PV bmm's
   // backward: neither the fp32 out_proj input nor the residual dropout's fp32 mask of layer 0)
   const bool unfused_attention = r.attention == AttentionImpl::Eager || cpu_sdpa_math;
-  const u64 attn_tail = unfused_attention ? sub_floor(saved, before_tail) : 0;
+  const u64 attn_tail = unfused_attention ? sub_floor(kept.saved, before_tail) : 0;
 
   // ---- MLP block ---------------------------------------------------------------------------
-  const u64 before_mlp = saved;
+  const u64 before_mlp = kept.saved;
   u64 mlp_norm = 0;  // what the sequential block's second norm keeps
   u64 mlp_pre_attn = 0;  // of the MLP's saved tensors, those made before the attention runs
   if (!m.parallel_block) {
@@ -760,19 +861,6 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
   u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
   bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
-  const u64 act_saves = activation_saves(m.activation);
-  const bool relu = m.activation == "relu";
-  // Per token through one MLP of width w: the activation's saved input(s), the tensors the
-  // gated product keeps, and the input of down_proj (kept by it, or by relu as its output).
-  auto mlp = [&](u64 w, u64 share) {
-    u64 b = 0;
-    // compiled: the activation fuses with the product; the gate and up (or fc1) outputs are kept
-    // and act(gate) is recomputed in backward (down_proj still keeps its input)
-    if (r.runtime.compile) b = mul(p, w, m.mlp == MlpKind::Gated ? 2 : 1);
-    else if (m.mlp == MlpKind::Gated) b = add(mul(p, w, act_saves), mul(2, p, w));  // act in, act out, up out
-    else b = relu ? mul(p, w) : mul(p, w, act_saves);
-    return mul(b, share);
-  };
   // down_proj's input: in an MoE layer only the shared expert's down_proj reads it as a Linear
   // (the routed experts' are counted with the MoE block), so its width is the shared expert's.
   SlotKeep down_in = slot({LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
@@ -870,7 +958,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
                                                 add(routed_kept, mul(p, g.shared_intermediate))));
     if (g.shared_intermediate > 0) {
       // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
-      keep(mlp(g.shared_intermediate, 1));
+      keep(mlp_keeps(L, g.shared_intermediate, 1));
       keep(down_in.extra);
       if (down_in.shared) keep(mul(p, g.shared_intermediate));
       held_by_ctx(down_in, mul(p, g.shared_intermediate));
@@ -882,30 +970,21 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // lora_B's output and its `* scaling` copy in the adapter dtype before PEFT adds them to the
     // base output (measured: peft 0.21 LoraLayer.forward, fp32 and bf16 models alike).
     const u64 wi = g.mlp_intermediate;
-    auto lora_on = [&](LinearInput in) {
-      if (full || t.lora_rank == 0) return false;
-      for (size_t i = 0; i < g.linears.size(); ++i)
-        if (g.linears[i].input == in && t.saves_input[i]) return true;
-      return false;
-    };
-    auto lin_out = [&](LinearInput in, u64 width) {
-      return mul(width, add(p, lora_on(in) ? mul(2, adapter_bytes) : 0));
-    };
     bool fused_gate_up = false;  // Phi-3: one gate_up_proj Linear [h -> 2i], chunked
     for (const Linear& l : g.linears)
       fused_gate_up = fused_gate_up || (l.input == LinearInput::MlpIn && l.out == mul(2, wi));
     if (m.mlp == MlpKind::Gated && fused_gate_up) {
       // gate_up(x) being computed: its [T, 2i] output (+ the adapter's)
-      mlp_fwd_point = add(saved, lin_out(LinearInput::MlpIn, mul(2, wi)));
+      mlp_fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, mul(2, wi)));
     } else if (m.mlp == MlpKind::Gated) {
       // gate(x) -> act (keeps its input, output kept by the mul) -> up(x) being computed
-      mlp_fwd_point = add(saved, add(mul(p, wi, add(act_saves, 1)), lin_out(LinearInput::MlpIn, wi)));
+      mlp_fwd_point = add(kept.saved, add(mul(p, wi, add(act_saves, 1)), linear_output(L, LinearInput::MlpIn, wi)));
     } else {
       // fc1(x) being computed
-      mlp_fwd_point = add(saved, lin_out(LinearInput::MlpIn, wi));
+      mlp_fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, wi));
     }
     mlp_recompute_point = mlp_fwd_point;
-    keep(mlp(wi, 1));
+    keep(mlp_keeps(L, wi, 1));
     keep(down_in.extra);
     const bool down_keeps_shared = down_in.shared && !(m.mlp == MlpKind::Plain && relu);
     if (down_keeps_shared) keep(mul(p, wi));
@@ -921,10 +1000,10 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // copy, so the cast is a transient of its own (measured, peak dump of tuning case
     // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy alive at the recomputed
     // down_proj's adapter)
-    const u64 dropout_cast = (lora_on(LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
+    const u64 dropout_cast = (lora_on(L, LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
                                  ? mul(adapter_bytes, wi) : 0;
-    const u64 at_down = add(saved, add(unsaved_in, dropout_cast));
-    mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
+    const u64 at_down = add(kept.saved, add(unsaved_in, dropout_cast));
+    mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, linear_output(L, LinearInput::MlpHidden, h)));
     // Non-reentrant checkpointing stops the recomputation as soon as the last saved tensor is
     // recomputed (torch/utils/checkpoint.py: early_stop=True, _StopRecomputationError raised
     // from the pack hook, which autograd calls when an op saves its inputs, before the op runs).
@@ -935,8 +1014,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // of tuning case llama/lora/bf16/gc/sdpa/dropout0.1: no scaled copy).
     // GPT-2-style blocks keep their attn_output local through it.
     const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
-    u64 recompute_down_out = saves_after_down ? lin_out(LinearInput::MlpHidden, h)
-                                              : (lora_on(LinearInput::MlpHidden) ? mul(p, h) : 0);
+    u64 recompute_down_out = saves_after_down ? linear_output(L, LinearInput::MlpHidden, h)
+                                              : (lora_on(L, LinearInput::MlpHidden) ? mul(p, h) : 0);
     // Stopping at lora_B, the layer's output is never made either. Measured with adapters in the
     // model dtype (tuning case phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum
     // peaks at its MLP backward, below a recomputation counted with the output; fp32
@@ -945,7 +1024,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     // is, is not established: one peak dump shows lora_B's output, another none). With fp32
     // adapters on a half model the count above (base output, then the layer output) holds
     // (one-shape gptj/codegen lora/bf16/gc/eager, llama/lora/bf16/gc/sdpa/dropout0.1).
-    if (lora_on(LinearInput::MlpHidden) && !saves_after_down && adapter_bytes == p) {
+    if (lora_on(L, LinearInput::MlpHidden) && !saves_after_down && adapter_bytes == p) {
       recompute_stops_in_mlp = true;
       recompute_down_out = mul(2, p, h);
     }
@@ -965,16 +1044,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
   if (post_norms) keep_hidden(norm(false));
-  const u64 mlp_saved = sub_floor(saved, before_mlp);
+  const u64 mlp_saved = sub_floor(kept.saved, before_mlp);
 
   LayerActivations out;
-  out.saved = add(mul(saved, tokens), mul(saved_s, tokens, s));
-  if (gemma_norm && m.norm == NormKind::RMSNorm) out.saved = add(out.saved, mul(norms_in_layer, 4, h));  // (1 + weight) fp32
+  out.saved = add(mul(kept.saved, tokens), mul(kept.per_pos, tokens, s));
+  if (gemma_norm && m.norm == NormKind::RMSNorm) out.saved = add(out.saved, mul(kept.norms, 4, h));  // (1 + weight) fp32
   out.saved = add(out.saved, per_layer_const);
-  out.saved_hidden = mul(hid, tokens);
+  out.saved_hidden = mul(kept.hidden, tokens);
   out.first_norm = mul(add(first_norm, attn_in.masks), tokens);
-  out.mlp_saved = mul(sub_floor(saved, before_mlp), tokens);
-  out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
+  out.mlp_saved = mul(sub_floor(kept.saved, before_mlp), tokens);
+  out.attn_saved = add(mul(before_mlp, tokens), mul(kept.per_pos, tokens, s));
   out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
   out.first_qk_unkept = mul(first_qk_unkept, tokens);
@@ -1003,15 +1082,15 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
     const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
                                       : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
     const u64 mlp_after_attn = sub_floor(mlp_saved, mlp_pre_attn);
-    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), around_scores),
+    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, kept.per_pos), tokens, s), around_scores),
                                      mul(tokens, mlp_after_attn));
     if (!g.moe) {
       // dense: the MLP moments, the layer output next to its input
-      const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
+      const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, kept.per_pos), tokens, s), mul(tokens, 2, d.residual, h)),
                                                                  mul(tokens, mlp_after_attn))
                                                        : attn_point;
-      out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
-      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
+      out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, kept.saved), mul(d.residual, h))));
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, kept.saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
     } else {
       // MoE: an expert intermediate per routed slot and the layer output next to its input.
       // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
@@ -1219,8 +1298,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.recomputed = sub_floor(out.saved, first_norm_keeps_input ? out.checkpoint_saved : 0);
   // Quantized Linears' contexts of the first forward hold their inputs past checkpointing (see
   // slot); the recomputation's own contexts die with its graph, so what only they hold is not re-created
-  out.checkpoint_ctx_held = mul(tokens, ctx_held);
-  out.recomputed = sub_floor(out.recomputed, mul(tokens, ctx_only));
+  out.checkpoint_ctx_held = mul(tokens, kept.ctx_held);
+  out.recomputed = sub_floor(out.recomputed, mul(tokens, kept.ctx_only));
   // No-grad forward (prefill), measured op by op (tracker, llama/gpt2/mixtral inference cases):
   // at the MLP of a layer past the first, [T, h] tensors alive are the model's inputs_embeds
   // (still referenced by the model's forward), the layer input, the post-attention residual and
