@@ -486,18 +486,437 @@ u64 linear_output(const Layer& L, LinearInput in, u64 width) {
   return mul(width, add(L.p, lora_on(L, in) ? mul(2, L.adapter_bytes) : 0));
 }
 
+/// The first norm and what the Linears reading its output keep (bytes per token).
+struct AttentionInput {
+  u64 first_norm = 0;        ///< what the layer's first norm keeps
+  SlotKeep readers;          ///< what the Linears reading its output keep
+  u64 first_norm_local = 0;  ///< the first norm's output as a block local (FamilyActivations::block_keeps_first_norm_output)
+};
+
+AttentionInput attention_input(const Layer& L, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const u64 h = L.h, norm_out = L.norm_out;
+  AttentionInput in;
+  in.first_norm = norm_keeps(L, false);
+  kept.keep_norm(in.first_norm);
+  std::initializer_list<LinearInput> attn_readers = {LinearInput::AttnIn};
+  std::initializer_list<LinearInput> shared_readers = {LinearInput::AttnIn, LinearInput::MlpIn};
+  in.readers = slot_keep(L, m.parallel_block ? shared_readers : attn_readers, h, norm_out);
+  in.first_norm_local =
+      L.fam.block_keeps_first_norm_output && !m.parallel_block && !in.readers.shared ? mul(norm_out, h) : 0;
+  kept.keep_hidden(in.readers.extra);
+  if (in.readers.shared) kept.keep_hidden(mul(norm_out, h));
+  kept.held_by_ctx(in.readers, mul(norm_out, h));
+  return in;
+}
+
+/// The q, k and v the attention kernels read (bytes per token).
+struct Qkv {
+  u64 q = 0, k = 0, v = 0;
+};
+
+/// What the q/k norms and the projections (MLA's latent path included) keep; returns q, k, v.
+Qkv projections(const Layer& L, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw;
+  const bool mla = L.mla, full = L.full;
+  const FamilyActivations& fam = L.fam;
+
+  const bool rotary = !m.learned_positions && !m.alibi;
+  Qkv qkv{mul(p, qw), mul(p, kw), mul(p, vw)};
+  // q_norm / k_norm (Qwen3, Gemma3: RMSNorm over each head; OLMo2: over the whole width) on the
+  // projection outputs: the fp32 input (the output itself in fp32), rstd, and for a trained
+  // weight x_hat (measured, analyze_saved.py qwen3-tiny: [b,s,nh,d] fp32 + [b,s,nh,1] + bf16 x_hat).
+  const bool per_head_qk_norm = fam.qk_norm_per_head;
+  // Llama 4's weight-free L2 norm (modeling_llama4.py Llama4TextL2Norm, x.float() * rsqrt(mean(x^2)))
+  // keeps the same fp32 input and per-head rsqrt, and no x_hat (measured, peak dump of
+  // llama4_text/lora/bf16/nogc/sdpa: fp32 [2, 64, 8, 16] and [2, 64, 8, 1] rsqrt per RoPE layer)
+  if (!mla && (per_head_qk_norm || fam.qk_norm_full_width || g.qk_l2_norm)) {
+    kept.keep(mul(4, add(qw, kw)));
+    kept.keep(per_head_qk_norm || g.qk_l2_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
+    if (full && !g.qk_l2_norm) kept.keep(mul((p == 2 && !L.gemma_norm) ? 2 : 4, add(qw, kw)));
+  }
+  if (mla) {
+    // q_a -> q_a_layernorm -> q_b; kv_a -> kv_a_layernorm -> kv_b; the rope parts recombined by
+    // cat into per-head q and k; v is a view of the kv_b output.
+    if (m.q_lora_rank > 0) {
+      kept.keep(add(mul(4, m.q_lora_rank), 4));  // norm input (fp32 copy or itself) + rsqrt
+      if (full) kept.keep(mul(p, m.q_lora_rank));
+    }
+    // kv_a_layernorm's input: an fp32 copy of a half input; in fp32 the input itself, a view of
+    // kv_a_proj's whole [T, kv_lora_rank + rope] output (measured, deepseek_v3-tiny fp32)
+    kept.keep(add(mul(4, p == 4 ? add(m.kv_lora_rank, m.qk_rope_head_dim) : m.kv_lora_rank), 4));
+    if (full) kept.keep(mul(p, m.kv_lora_rank));
+    const SlotKeep latent_in = slot_keep(L, {LinearInput::Latent}, m.kv_lora_rank, p);
+    kept.keep(latent_in.extra);
+    if (latent_in.shared) kept.keep(mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
+    kept.held_by_ctx(latent_in, mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
+    // kv_b output (v is a view of it) for the flash-style kernels; eager attention and the SDPA
+    // math path copy the strided v for their bmm, so nothing keeps it (measured, deepseek_v3-tiny)
+    if (!L.cpu_sdpa_math && r.attention != AttentionImpl::Eager) kept.keep(mul(p, a, add(m.qk_nope_head_dim, m.v_head_dim)));
+    qkv.q = mul(p, a, m.head_dim);
+    qkv.k = mul(p, a, m.head_dim);
+    qkv.v = 0;
+  } else if ((m.fused_qkv || L.impl.fused_qkv) && rotary) {
+    // the v view keeps the whole fused output alive (LitGPT without GQA: measured, peak dump of
+    // llama/litgpt/lora/bf16/nogc/sdpa/mha-b1s256: the [b, s, 3h] qkv output of both layers)
+    qkv.v = mul(p, add(qw, mul(2, kw)));
+  }
+  return qkv;
+}
+
+// CPU SDPA's math path: what is alive as it returns, beyond what the layer keeps (see
+// sdpa_math_locals); set only on that path, where it replaces the generic attention moment
+struct MathLocals {
+  bool on = false;
+  u64 tok = 0, tok_s = 0, layer = 0;  // bytes per token, per token and position, per layer
+};
+
+/// What an attention kernel adds beyond the tensors it keeps (bytes per token; `_s`: per token
+/// and attended position).
+struct AttentionKernel {
+  bool out_is_kept = false;  ///< the attention output tensor is kept by the kernel itself
+  u64 first_qk_unkept = 0;   ///< see LayerActivations::first_qk_unkept (bytes per token)
+  u64 v_excess = 0;          ///< what a v kept as a view of a fused projection holds beyond v
+  u64 fwd_s = 0;             ///< score tensors alive at the worst moment of its forward
+  u64 fwd_only_s = 0;        ///< fwd_s of a forward that is not a recomputation, where larger
+  u64 bwd_s = 0, bwd_tok = 0;  ///< extra live at its worst backward moment
+  MathLocals math;
+};
+
+
+// Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
+// model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
+// GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
+// analyze_saved.py gpt_bigcode-tiny --precision bf16 --attention eager: an fp32 (2,4,64,64)
+// softmax output).
+// gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
+// softmax(dtype=combined_logits.dtype) in the model dtype.
+bool eager_softmax_in_fp32(const Layer& L) { return !L.fam.softmax_in_model_dtype && !L.m.attention_sinks; }
+
+  // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
+  // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
+  // it), the model's q, k, v; with half inputs their fp32 copies (the locals query_acc,
+  // key_acc, value_acc); the scaled query; the fp32 PV product; with half inputs its cast back
+  // to the input dtype and `attn.to(origin_dtype)`, a half copy of the probabilities returned
+  // beside the output (SDPA drops it only after the call); under is_causal the [s, s] mask
+  // built from ones(L, S).tril() in the query's (fp32) dtype. Measured, peak dump of tuning case
+  // biogpt/h256-L3-V2048/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd/gas2 at that last _to_copy of the
+  // recomputed layer: the first norm's bf16 output, q/v (_to_copy) and k (addmm) bf16,
+  // fp32 _to_copy (3, 8, 128, 32) x3, mul (3, 8, 128, 32), bmm (24, 128, 32), bf16 _to_copy
+  // (3, 8, 128, 32) and (3, 8, 128, 128), where (128, 128). (fp32: to() returns its input.)
+  // With fewer K/V heads (Transformers passes enable_gqa when there is no mask),
+  // pre_process_group_query_attention_input repeat_interleaves the fp32 key and value to every
+  // query head: the value copy is the kept v, the key copy one more local (measured, peak dump
+  // of tuning case gpt_bigcode/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd: two fp32
+  // clone (3, 1, 8, 128, 32) next to the scaled (3, 8, 32, 128) key the bmm keeps).
+MathLocals sdpa_math_locals(const Layer& L, bool attn_in_shared) {
+  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, s = L.s, norm_out = L.norm_out;
+  MathLocals math;
+  const bool half_in = p != 4;
+  const u64 qkv = add(qw, add(kw, vw));
+  math.on = true;
+  math.tok = add(add(attn_in_shared ? 0 : mul(norm_out, h), mul(add(p, half_in ? 4 : 0), qkv)),
+                 add(mul(L.gqa ? 8 : 4, qw), mul(add(4, half_in ? p : 0), ow)));
+  math.tok_s = half_in ? mul(p, a) : 0;
+  math.layer = L.m.causal ? mul(4, s, s) : 0;
+  return math;
+}
+
+/// Eager attention (eager_attention_forward and the families' own `_attn`): what the score path keeps.
+AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const TrainableLinears& t = L.t;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, tokens = L.tokens, seq = L.s;
+  const bool gqa = L.gqa, mla = L.mla, full = L.full;
+  const FamilyActivations& fam = L.fam;
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
+  std::vector<size_t> attn_linears;  // the Linears reading the attention input: q, k, v in that order when separate
+  for (size_t i = 0; i < g.linears.size(); ++i)
+    if (g.linears[i].input == LinearInput::AttnIn && !g.linears[i].routed) attn_linears.push_back(i);
+  AttentionKernel ak;
+  // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
+  // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
+  // With one K/V head, repeat_kv's reshape merges a size-1 dim with the stride-0 expanded one
+  // (modeling_gemma.py repeat_kv: expand, then reshape), so it is a view, and at batch 1
+  // matmul's fold to 3-D is one too: the matmuls keep k and v themselves, not [T, heads * d]
+  // copies (measured, peak dump of tuning case
+  // gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2: a [1, 1, 512, 64] k
+  // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies; of tuning case
+  // qwen3_moe/h128-L2-V4096/full/fp32/nogc/eager/b1s512/adamw_fused: no [1, 8, 512, 32] copy,
+  // k_proj's [512, 32] output kept). At batch > 1 the fold copies, as repeat_kv does with
+  // more K/V heads (checked with saved-tensor hooks on torch 2.15).
+  const bool kv_views = gqa && !mla && m.kv_heads == 1 && tokens == seq;
+  const u64 kk = gqa && !kv_views ? mul(p, qw) : qkv.k;
+  // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
+  const u64 vv_own = kv_views ? qkv.v : gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
+  // CodeGen's v is a view of qkv_proj's output (modeling_codegen.py: torch.split of the
+  // reshaped qkv, then a permute); at batch 1 the PV matmul folds it to 3-D as a view, so it
+  // keeps the whole fused output alive (measured, peak dump of tuning case
+  // codegen/h128-L3-V4096/lora-r8-attn/fp32/nogc/eager/b1s512/adafactor: each layer's
+  // [1, 512, 384] fp32 qkv output alive at the loss backward, no v copy). The PV node
+  // releases it before softmax's backward (counted in the block's tail below). Not in a
+  // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
+  // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
+  // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
+  // established). GPT-NeoX's v is such a view too (modeling_gpt_neox.py: query_key_value's
+  // output viewed [b, s, heads, 3d], transposed, chunked), so its whole output stays as well
+  // (measured, peak dump of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/
+  // adamw_fused: each layer's fp32 [896, 192] addmm alive at the loss backward, no v copy).
+  const bool v_views_fused = fam.v_view_of_fused_qkv && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
+  ak.v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
+  const u64 vv = add(vv_own, ak.v_excess);
+  // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
+  // QK^T (modeling_gpt_neo.py / modeling_gptj.py / modeling_codegen.py `_attn`:
+  // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
+  // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
+  // under autocast the matmul casts them back to half)
+  const bool qk_fp32 = fam.qk_in_fp32 && p == 2 && !d.amp;
+  const u64 q_kept = qk_fp32 ? mul(4, qw) : qkv.q, k_kept = qk_fp32 ? mul(4, kw) : kk;
+  kept.keep(add(q_kept, k_kept));
+  // QK^T keeps q for k's gradient and k for q's. In a first layer whose input needs no
+  // gradient (LoRA without checkpointing), q and k need one only through their own adapters:
+  // with one of separate q/k projections adapted, the other's output is not kept (measured,
+  // peak dump of tuning case gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: two
+  // fp32 [2, 4, 512, 64] q clones for three layers, three k^T).
+  if (!full && !mla && attn_linears.size() == 3) {
+    const bool q_adapted = t.saves_input[attn_linears[0]], k_adapted = t.saves_input[attn_linears[1]];
+    if (q_adapted != k_adapted) ak.first_qk_unkept = q_adapted ? q_kept : k_kept;
+  }
+  kept.keep(vv);
+  // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
+  // falcon-tiny, GQA with a fused query_key_value)
+  u64 probs = fp32_softmax ? (p == 4 ? 4 : 6) : p;
+  // Attention sinks: the logits get one more column (cat with the sinks) and are shifted by
+  // their row max, which keeps its int64 indices: the softmax output is [b, nh, s, s + 1]
+  // (measured, analyze_saved.py gpt_oss-tiny --lora --attention eager: (2,8,64,65) and an
+  // int64 (2,8,64,1) per layer)
+  if (m.attention_sinks) kept.keep(mul(a, add(probs, 8)));
+  if (m.attn_logit_softcapping) probs = add(probs, p);  // tanh(scores / cap) keeps its output
+  // dropout keeps its mask and the PV matmul its output; after an fp32 softmax the half copy
+  // is dropout's input, which nothing keeps (measured, gpt_bigcode-tiny bf16 eager: fp32
+  // softmax, bf16 noise, bf16 dropout output)
+  if (m.attention_dropout > 0) {
+    if (fp32_softmax && p != 4) probs = sub_floor(probs, p);
+    probs = add(probs, add(dropout_mask(m.attention_dropout, r, p), p));
+  }
+  if (d.amp && !fp32_softmax) {
+    // autocast runs softmax in fp32 (the autocast fp32 op list) even where the model does not
+    // upcast: softmax keeps its fp32 output, and the PV matmul keeps a half copy of the (dropped)
+    // probabilities. Dropout works on fp32 (keeping an fp32 mask; the matmul's cast is the copy),
+    // or, where the model casts the probabilities to v's dtype first, on that half copy (a half
+    // mask; its output is the copy). Measured, tuning case
+    // gpt2/h192-L4-V1024/full/amp_bf16/nogc/eager/b1s256/sgd at the loss backward: per layer
+    // an fp32 _softmax, a bf16 empty_like (the mask) and a bf16 mul, each [1, 6, 256, 256].
+    probs = add(4, 2);
+    if (m.attention_dropout > 0)
+      probs = add(probs, dropout_mask(m.attention_dropout, r, fam.probs_to_value_dtype ? p : 4));
+  }
+  kept.per_pos = add(kept.per_pos, mul(a, probs));
+  ak.fwd_s = mul(2, p, a);
+  // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
+  // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
+  // in its local while softmax runs on the masked sum: three [b, nh, s, s] at once (measured,
+  // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
+  // at the last layer's _softmax: fp32 bmm, add and _softmax outputs, [2, 64, 160, 160] each)
+  // BloomAttention keeps the baddbmm result and the masked scores as locals too (fp32: the
+  // softmax's output is the probabilities; measured, peak dump of tuning case
+  // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd at layer 1's attention: fp32
+  // baddbmm (4, 512, 512), add and _softmax (1, 4, 512, 512), and layer 0's _softmax; half
+  // models are counted by fwd_only_s below)
+  if (fam.scores_locals || (fam.scores_locals_fp32 && p == 4 && !d.amp)) ak.fwd_s = mul(3, p, a);
+  // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
+  // softmax, the half scores and masked scores, the fp32 copy and the softmax output
+  // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
+  // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
+  // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
+  if (fp32_softmax && p != 4 && !d.amp && !fam.qk_in_fp32) ak.fwd_only_s = mul(a, add(mul(2, p), 8));
+  // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
+  // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
+  // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
+  // peak dump of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor:
+  // three fp32 [1, 8, 1024, 1024] at _softmax_backward_data, the bf16 copy already gone).
+  // With dropout the moment before is dropout's backward: the softmax output, the mask and
+  // two gradients in dropout's dtype.
+  {
+    const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
+    const u64 capped = m.attn_logit_softcapping ? p : 0;
+    const u64 drop_dtype = (d.amp && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
+    u64 worst = add(capped, mul(3, sm));
+    if (m.attention_dropout > 0)
+      worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
+    ak.bwd_s = mul(a, sub_floor(worst, probs));
+  }
+  return ak;
+}
+
+/// CPU SDPA's math path (_scaled_dot_product_attention_math), taken for MLA and attention dropout.
+AttentionKernel sdpa_math_attention(const Layer& L, bool attn_in_shared, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, tokens = L.tokens, seq = L.s;
+  AttentionKernel ak;
+  ak.math = sdpa_math_locals(L, attn_in_shared);
+  if (m.attention_dropout <= 0) {
+    // the math path without dropout (measured, deepseek_v3-tiny fp32 and bf16): q*scale
+    // [b*nh,s,dqk], (k*scale)^T [b*nh,dqk,s], the softmax output [b,nh,s,s] and v
+    // [b*nh,s,dv], all fp32 (half inputs are upcast on CPU); o_proj reads a model-dtype copy.
+    kept.keep(mul(4, add(mul(2, qw), ow)));
+    kept.per_pos = add(kept.per_pos, mul(4, a));
+    ak.fwd_s = mul(2, 4, a);
+    ak.bwd_s = mul(2, 4, a);
+    return ak;
+  }
+  // CPU: the flash kernel refuses dropout_p > 0 (sdp_utils_cpp.cpp check_for_dropout), so
+  // training falls back to _scaled_dot_product_attention_math, which upcasts half inputs
+  // to fp32 on CPU and repeats K/V to every query head. Measured (analyze_saved.py,
+  // gpt2/gpt_bigcode, fp32 and bf16 alike): q*scale [b*nh,s,d], (k*scale)^T [b*nh,d,s],
+  // softmax output [b,nh,s,s], dropout noise mask [b,nh,s,s], dropout output [b*nh,s,s]
+  // and v [b*nh,s,dv], all fp32. o_proj reads a model-dtype copy of the output.
+  // An fp32 v that is a view of a fused q/k/v projection (GPT-2's c_attn(...).split) is
+  // not copied when the batch is 1 (matmul folds [1, nh, s, d] to [nh, s, d] as a view; with
+  // more rows the transposed view cannot fold and is copied), so the matmul keeps the whole
+  // fused output alive (measured, peak dump of tuning case
+  // gpt2/h256-L2-V1024/full/fp32/nogc/sdpa/b1s384/sgd: each layer's fp32 [384, 768] addmm
+  // alive at the loss backward; one-shape gpt2 fp32 sdpa at batch 2 keeps a v copy). Half
+  // inputs are upcast to a v copy.
+  const bool v_views_fused = m.fused_qkv && p == 4 && !d.amp && tokens == seq;
+  kept.keep(mul(4, add(mul(2, qw), v_views_fused ? add(qw, add(kw, vw)) : ow)));
+  kept.per_pos = add(kept.per_pos, mul(12, a));
+  ak.fwd_s = mul(2, 4, a);
+  // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
+  // tensors alive), then frees that output; the mask's mul makes the softmax output's
+  // gradient next to its incoming one. Either moment: the kept tensors plus one fp32 [s, s]
+  // per head (measured, tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd).
+  ak.bwd_s = mul(4, a);
+  return ak;
+}
+
+/// SDPA's flash / memory-efficient kernels (CUDA, and CPU's flash kernel).
+AttentionKernel sdpa_flash_attention(const Layer& L, Qkv qkv, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, ow = L.ow, seq = L.s;
+  const bool gqa = L.gqa, mla = L.mla;
+  const FamilyActivations& fam = L.fam;
+  const ModuleImpl& impl = L.impl;
+  const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
+  AttentionKernel ak;
+  // Flash / memory-efficient kernels keep q, k, v, output and lse; with no padding mask
+  // Transformers passes enable_gqa (no K/V copies). The output is laid out [b, s, heads, d],
+  // so transpose(1, 2).contiguous() is a view and o_proj reads that same storage.
+  // A sliding-window layer no longer than the sequence gets an explicit [b, 1, s, s] mask
+  // (shared_forward_bytes), and with a mask Transformers does not use enable_gqa: repeat_kv
+  // copies K and V to every query head (measured, mistral-tiny window 32 at s=64; and at
+  // s = 32, peak dump of tuning case mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw:
+  // a (3, 1, 32, 32) where and K/V repeated to (3, 4, 4, 32, 16) per layer).
+  // Falcon (rotary) builds its SDPA mask inside every layer: the flash kernel keeps that
+  // layer's own [b, 1, s, s] mask, and with a mask K and V are copied to every query head
+  // (measured, analyze_saved.py falcon-tiny --lora --attention sdpa, fp32: per layer a
+  // (2,1,64,64) mask and q, k, v, out all (2,16,64,8); the fused output is not kept).
+  // On CPU the generic SDPA path likewise turns a sliding-window mask into a float mask with
+  // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
+  // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
+  // each layer's SDPA, no model-level mask alive in backward).
+  // Llama 4's chunked attention (attention_chunk_size no longer than the sequence) is a mask
+  // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
+  // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
+  // layer, full causal, keeps neither).
+  const bool windowed_here = g.local_mask(seq);
+  const bool layer_mask = (fam.per_layer_mask && m.causal) ||
+                          (windowed_here && m.causal && r.device == Device::Cpu);
+  if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
+    qkv.k = mul(p, qw);
+    qkv.v = mul(p, ow);
+  }
+  if (layer_mask) kept.per_pos = add(kept.per_pos, p);
+  kept.keep(add(qkv.q, add(qkv.k, qkv.v)));
+  kept.keep(add(mul(p, ow), lse));
+  ak.out_is_kept = true;
+  ak.bwd_tok = mul(p, add(qw, mul(2, kw)));
+  return ak;
+}
+
+/// FlashAttention-2 (flash_attn_func): q, k, v, the output and lse.
+AttentionKernel flash_attention2(const Layer& L, const Qkv& qkv, Kept& kept) {
+  const u64 p = L.p, qw = L.qw, kw = L.kw, ow = L.ow;
+  const u64 lse = mul(4, L.a);  // fp32 log-sum-exp per head and query
+  AttentionKernel ak;
+  kept.keep(add(qkv.q, add(qkv.k, qkv.v)));
+  kept.keep(add(mul(p, ow), lse));
+  ak.out_is_kept = true;
+  ak.bwd_tok = add(mul(p, add(qw, mul(2, kw))), mul(4, qw));  // dq (fp32 accumulator), dk, dv
+  return ak;
+}
+
+AttentionKernel attention_kernel(const Layer& L, const Qkv& qkv, bool attn_in_shared, Kept& kept) {
+  switch (L.r.attention) {
+    case AttentionImpl::Eager: return eager_attention(L, qkv, kept);
+    case AttentionImpl::Sdpa:
+      return L.cpu_sdpa_math ? sdpa_math_attention(L, attn_in_shared, kept) : sdpa_flash_attention(L, qkv, kept);
+    case AttentionImpl::FlashAttention2: return flash_attention2(L, qkv, kept);
+  }
+  return {};
+}
+
+
+/// The block's tail (o_proj's input, the residual dropout, a post-attention norm): returns what of
+/// it eager attention or the SDPA math path has released by its worst backward moment (0 otherwise).
+u64 attention_tail(const Layer& L, const AttentionKernel& ak, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const u64 p = L.p, h = L.h, ow = L.ow;
+  const FamilyActivations& fam = L.fam;
+  const ModuleImpl& impl = L.impl;
+  // What the block keeps after the softmax and the PV matmul: o_proj's input, the residual
+  // dropout's mask, Gemma-2's post-attention norm. Their nodes run before softmax's backward and
+  // release it, so eager attention's worst backward moment no longer has it (measured, peak dumps
+  // of tuning cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd and
+  // phi/h256-L2-V1024/full/bf16/gc/eager/b1s256/sgd/gas2 at _softmax_backward_data: no o_proj
+  // input, no post_attention_layernorm input, no resid_dropout noise of the recomputed layer).
+  const u64 before_tail = sub_floor(kept.saved, ak.v_excess);
+  // o_proj's input: the attention output (a transpose copy in eager mode).
+  const SlotKeep o_in = slot_keep(L, {LinearInput::AttnOut}, ow, p);
+  kept.keep(o_in.extra);
+  if (o_in.shared && !ak.out_is_kept) kept.keep(mul(p, ow));
+  kept.held_by_ctx(o_in, mul(p, ow));
+  // Phi, Phi-3, StableLM and GPT-NeoX build the rotated q by concatenating the rotary and
+  // pass-through parts (cat): q is contiguous [b, heads, s, d], the CPU flash kernel's output
+  // follows that layout, and transpose(1, 2).contiguous() is a copy that o_proj keeps (measured,
+  // peakdump phi3-tiny lora fp32 sdpa: clone (2,64,8,16) next to the SDPA output)
+  const bool cat_rotary = fam.rotary_by_cat;
+  if (o_in.shared && ak.out_is_kept && (cat_rotary || impl.attn_output_copied) && r.device == Device::Cpu &&
+      r.attention == AttentionImpl::Sdpa)
+    kept.keep(mul(p, ow));
+  kept.keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));  // residual dropout after o_proj
+  // Gemma2/Gemma3 also normalise the attention and MLP outputs before the residual add
+  // (post_attention_layernorm, post_feedforward_layernorm): each keeps what a norm keeps.
+  const bool post_norms = fam.post_norms;
+  if (post_norms) kept.keep_norm(norm_keeps(L, false));
+  // (CPU SDPA's math path likewise: o_proj's node has run before the math ops' backward; measured,
+  // peak dump of tuning case biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw at the PV bmm's
+  // backward: neither the fp32 out_proj input nor the residual dropout's fp32 mask of layer 0)
+  const bool unfused_attention = r.attention == AttentionImpl::Eager || L.cpu_sdpa_math;
+  return unfused_attention ? sub_floor(kept.saved, before_tail) : 0;
+}
+
 }  // namespace
 
 LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
                                    const TrainableLinears& t, u64 tokens, u64 seq) {
   const Layer L = layer_of(m, g, r, t, tokens, seq);
   const Dtypes d = L.d;
-  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, s = L.s;
-  const bool gqa = L.gqa, mla = L.mla, full = L.full, cpu_sdpa_math = L.cpu_sdpa_math;
+  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, ow = L.ow, s = L.s;
+  const bool full = L.full, cpu_sdpa_math = L.cpu_sdpa_math;
   const u64 adapter_bytes = L.adapter_bytes, moe_slots = L.moe_slots, xp = L.xp, norm_out = L.norm_out;
   const FamilyActivations& fam = L.fam;
   const bool fp32_router = fam.fp32_router, gemma_norm = L.gemma_norm, bnb4 = L.bnb4;
-  const ModuleImpl impl = L.impl;
   const u64 act_saves = L.act_saves;
   const bool relu = L.relu;
   Kept kept;
@@ -508,331 +927,19 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   auto norm = [&](bool shared) { ++kept.norms; return norm_keeps(L, shared); };
 
   // ---- attention block -------------------------------------------------------------------
-  const u64 first_norm = norm(false);
-  keep_hidden(first_norm);
-  std::initializer_list<LinearInput> attn_readers = {LinearInput::AttnIn};
-  std::initializer_list<LinearInput> shared_readers = {LinearInput::AttnIn, LinearInput::MlpIn};
-  const SlotKeep attn_in = slot(m.parallel_block ? shared_readers : attn_readers, h, norm_out);
-  // the first norm's output as a block local (FamilyActivations::block_keeps_first_norm_output)
-  const u64 first_norm_local =
-      fam.block_keeps_first_norm_output && !m.parallel_block && !attn_in.shared ? mul(norm_out, h) : 0;
-  keep_hidden(attn_in.extra);
-  if (attn_in.shared) keep_hidden(mul(norm_out, h));
-  held_by_ctx(attn_in, mul(norm_out, h));
-
-  const bool rotary = !m.learned_positions && !m.alibi;
-  u64 q_bytes = mul(p, qw), k_bytes = mul(p, kw), v_bytes = mul(p, vw);
-  // q_norm / k_norm (Qwen3, Gemma3: RMSNorm over each head; OLMo2: over the whole width) on the
-  // projection outputs: the fp32 input (the output itself in fp32), rstd, and for a trained
-  // weight x_hat (measured, analyze_saved.py qwen3-tiny: [b,s,nh,d] fp32 + [b,s,nh,1] + bf16 x_hat).
-  const bool per_head_qk_norm = fam.qk_norm_per_head;
-  // Llama 4's weight-free L2 norm (modeling_llama4.py Llama4TextL2Norm, x.float() * rsqrt(mean(x^2)))
-  // keeps the same fp32 input and per-head rsqrt, and no x_hat (measured, peak dump of
-  // llama4_text/lora/bf16/nogc/sdpa: fp32 [2, 64, 8, 16] and [2, 64, 8, 1] rsqrt per RoPE layer)
-  if (!mla && (per_head_qk_norm || fam.qk_norm_full_width || g.qk_l2_norm)) {
-    keep(mul(4, add(qw, kw)));
-    keep(per_head_qk_norm || g.qk_l2_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
-    if (full && !g.qk_l2_norm) keep(mul((p == 2 && !gemma_norm) ? 2 : 4, add(qw, kw)));
-  }
-  if (mla) {
-    // q_a -> q_a_layernorm -> q_b; kv_a -> kv_a_layernorm -> kv_b; the rope parts recombined by
-    // cat into per-head q and k; v is a view of the kv_b output.
-    if (m.q_lora_rank > 0) {
-      keep(add(mul(4, m.q_lora_rank), 4));  // norm input (fp32 copy or itself) + rsqrt
-      if (full) keep(mul(p, m.q_lora_rank));
-    }
-    // kv_a_layernorm's input: an fp32 copy of a half input; in fp32 the input itself, a view of
-    // kv_a_proj's whole [T, kv_lora_rank + rope] output (measured, deepseek_v3-tiny fp32)
-    keep(add(mul(4, p == 4 ? add(m.kv_lora_rank, m.qk_rope_head_dim) : m.kv_lora_rank), 4));
-    if (full) keep(mul(p, m.kv_lora_rank));
-    const SlotKeep latent_in = slot({LinearInput::Latent}, m.kv_lora_rank, p);
-    keep(latent_in.extra);
-    if (latent_in.shared) keep(mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
-    held_by_ctx(latent_in, mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
-    // kv_b output (v is a view of it) for the flash-style kernels; eager attention and the SDPA
-    // math path copy the strided v for their bmm, so nothing keeps it (measured, deepseek_v3-tiny)
-    if (!cpu_sdpa_math && r.attention != AttentionImpl::Eager) keep(mul(p, a, add(m.qk_nope_head_dim, m.v_head_dim)));
-    q_bytes = mul(p, a, m.head_dim);
-    k_bytes = mul(p, a, m.head_dim);
-    v_bytes = 0;
-  } else if ((m.fused_qkv || impl.fused_qkv) && rotary) {
-    // the v view keeps the whole fused output alive (LitGPT without GQA: measured, peak dump of
-    // llama/litgpt/lora/bf16/nogc/sdpa/mha-b1s256: the [b, s, 3h] qkv output of both layers)
-    v_bytes = mul(p, add(qw, mul(2, kw)));
-  }
-  const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
-  bool out_is_kept = false;   // the attention output tensor is kept by the kernel itself
-  u64 first_qk_unkept = 0;    // see LayerActivations::first_qk_unkept (bytes per token)
-  std::vector<size_t> attn_linears;  // the Linears reading the attention input: q, k, v in that order when separate
-  for (size_t i = 0; i < g.linears.size(); ++i)
-    if (g.linears[i].input == LinearInput::AttnIn && !g.linears[i].routed) attn_linears.push_back(i);
-  u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
-  u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
-  u64 fwd_only_s = 0;  // fwd_s of a forward that is not a recomputation, where larger
-  // CPU SDPA's math path: what is alive as it returns, beyond what the layer keeps (see below);
-  // set only on that path, where it replaces the generic attention moment
-  struct MathLocals {
-    bool on = false;
-    u64 tok = 0, tok_s = 0, layer = 0;  // bytes per token, per token and position, per layer
-  } math;
-  // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
-  // model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
-  // GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
-  // analyze_saved.py gpt_bigcode-tiny --precision bf16 --attention eager: an fp32 (2,4,64,64)
-  // softmax output).
-  // gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
-  // softmax(dtype=combined_logits.dtype) in the model dtype.
-  const bool fp32_softmax = !fam.softmax_in_model_dtype && !m.attention_sinks;
-  if (cpu_sdpa_math) {
-    // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
-    // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
-    // it), the model's q, k, v; with half inputs their fp32 copies (the locals query_acc,
-    // key_acc, value_acc); the scaled query; the fp32 PV product; with half inputs its cast back
-    // to the input dtype and `attn.to(origin_dtype)`, a half copy of the probabilities returned
-    // beside the output (SDPA drops it only after the call); under is_causal the [s, s] mask
-    // built from ones(L, S).tril() in the query's (fp32) dtype. Measured, peak dump of tuning case
-    // biogpt/h256-L3-V2048/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd/gas2 at that last _to_copy of the
-    // recomputed layer: the first norm's bf16 output, q/v (_to_copy) and k (addmm) bf16,
-    // fp32 _to_copy (3, 8, 128, 32) x3, mul (3, 8, 128, 32), bmm (24, 128, 32), bf16 _to_copy
-    // (3, 8, 128, 32) and (3, 8, 128, 128), where (128, 128). (fp32: to() returns its input.)
-    // With fewer K/V heads (Transformers passes enable_gqa when there is no mask),
-    // pre_process_group_query_attention_input repeat_interleaves the fp32 key and value to every
-    // query head: the value copy is the kept v, the key copy one more local (measured, peak dump
-    // of tuning case gpt_bigcode/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd: two fp32
-    // clone (3, 1, 8, 128, 32) next to the scaled (3, 8, 32, 128) key the bmm keeps).
-    const bool half_in = p != 4;
-    const u64 qkv = add(qw, add(kw, vw));
-    math.on = true;
-    math.tok = add(add(attn_in.shared ? 0 : mul(norm_out, h), mul(add(p, half_in ? 4 : 0), qkv)),
-                   add(mul(gqa ? 8 : 4, qw), mul(add(4, half_in ? p : 0), ow)));
-    math.tok_s = half_in ? mul(p, a) : 0;
-    math.layer = m.causal ? mul(4, s, s) : 0;
-  }
-  switch (r.attention) {
-    case AttentionImpl::Eager: {
-      // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
-      // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
-      // With one K/V head, repeat_kv's reshape merges a size-1 dim with the stride-0 expanded one
-      // (modeling_gemma.py repeat_kv: expand, then reshape), so it is a view, and at batch 1
-      // matmul's fold to 3-D is one too: the matmuls keep k and v themselves, not [T, heads * d]
-      // copies (measured, peak dump of tuning case
-      // gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2: a [1, 1, 512, 64] k
-      // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies; of tuning case
-      // qwen3_moe/h128-L2-V4096/full/fp32/nogc/eager/b1s512/adamw_fused: no [1, 8, 512, 32] copy,
-      // k_proj's [512, 32] output kept). At batch > 1 the fold copies, as repeat_kv does with
-      // more K/V heads (checked with saved-tensor hooks on torch 2.15).
-      const bool kv_views = gqa && !mla && m.kv_heads == 1 && tokens == seq;
-      const u64 kk = gqa && !kv_views ? mul(p, qw) : k_bytes;
-      // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
-      const u64 vv_own = kv_views ? v_bytes : gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
-      // CodeGen's v is a view of qkv_proj's output (modeling_codegen.py: torch.split of the
-      // reshaped qkv, then a permute); at batch 1 the PV matmul folds it to 3-D as a view, so it
-      // keeps the whole fused output alive (measured, peak dump of tuning case
-      // codegen/h128-L3-V4096/lora-r8-attn/fp32/nogc/eager/b1s512/adafactor: each layer's
-      // [1, 512, 384] fp32 qkv output alive at the loss backward, no v copy). The PV node
-      // releases it before softmax's backward (counted in the block's tail below). Not in a
-      // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
-      // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
-      // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
-      // established). GPT-NeoX's v is such a view too (modeling_gpt_neox.py: query_key_value's
-      // output viewed [b, s, heads, 3d], transposed, chunked), so its whole output stays as well
-      // (measured, peak dump of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/
-      // adamw_fused: each layer's fp32 [896, 192] addmm alive at the loss backward, no v copy).
-      const bool v_views_fused = fam.v_view_of_fused_qkv && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
-      v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
-      const u64 vv = add(vv_own, v_excess);
-      // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
-      // QK^T (modeling_gpt_neo.py / modeling_gptj.py / modeling_codegen.py `_attn`:
-      // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
-      // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
-      // under autocast the matmul casts them back to half)
-      const bool qk_fp32 = fam.qk_in_fp32 && p == 2 && !d.amp;
-      const u64 q_kept = qk_fp32 ? mul(4, qw) : q_bytes, k_kept = qk_fp32 ? mul(4, kw) : kk;
-      keep(add(q_kept, k_kept));
-      // QK^T keeps q for k's gradient and k for q's. In a first layer whose input needs no
-      // gradient (LoRA without checkpointing), q and k need one only through their own adapters:
-      // with one of separate q/k projections adapted, the other's output is not kept (measured,
-      // peak dump of tuning case gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: two
-      // fp32 [2, 4, 512, 64] q clones for three layers, three k^T).
-      if (!full && !mla && attn_linears.size() == 3) {
-        const bool q_adapted = t.saves_input[attn_linears[0]], k_adapted = t.saves_input[attn_linears[1]];
-        if (q_adapted != k_adapted) first_qk_unkept = q_adapted ? q_kept : k_kept;
-      }
-      keep(vv);
-      // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
-      // falcon-tiny, GQA with a fused query_key_value)
-      u64 probs = fp32_softmax ? (p == 4 ? 4 : 6) : p;
-      // Attention sinks: the logits get one more column (cat with the sinks) and are shifted by
-      // their row max, which keeps its int64 indices: the softmax output is [b, nh, s, s + 1]
-      // (measured, analyze_saved.py gpt_oss-tiny --lora --attention eager: (2,8,64,65) and an
-      // int64 (2,8,64,1) per layer)
-      if (m.attention_sinks) keep(mul(a, add(probs, 8)));
-      if (m.attn_logit_softcapping) probs = add(probs, p);  // tanh(scores / cap) keeps its output
-      // dropout keeps its mask and the PV matmul its output; after an fp32 softmax the half copy
-      // is dropout's input, which nothing keeps (measured, gpt_bigcode-tiny bf16 eager: fp32
-      // softmax, bf16 noise, bf16 dropout output)
-      if (m.attention_dropout > 0) {
-        if (fp32_softmax && p != 4) probs = sub_floor(probs, p);
-        probs = add(probs, add(dropout_mask(m.attention_dropout, r, p), p));
-      }
-      if (d.amp && !fp32_softmax) {
-        // autocast runs softmax in fp32 (the autocast fp32 op list) even where the model does not
-        // upcast: softmax keeps its fp32 output, and the PV matmul keeps a half copy of the (dropped)
-        // probabilities. Dropout works on fp32 (keeping an fp32 mask; the matmul's cast is the copy),
-        // or, where the model casts the probabilities to v's dtype first, on that half copy (a half
-        // mask; its output is the copy). Measured, tuning case
-        // gpt2/h192-L4-V1024/full/amp_bf16/nogc/eager/b1s256/sgd at the loss backward: per layer
-        // an fp32 _softmax, a bf16 empty_like (the mask) and a bf16 mul, each [1, 6, 256, 256].
-        probs = add(4, 2);
-        if (m.attention_dropout > 0)
-          probs = add(probs, dropout_mask(m.attention_dropout, r, fam.probs_to_value_dtype ? p : 4));
-      }
-      kept.per_pos = add(kept.per_pos, mul(a, probs));
-      fwd_s = mul(2, p, a);
-      // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
-      // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
-      // in its local while softmax runs on the masked sum: three [b, nh, s, s] at once (measured,
-      // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
-      // at the last layer's _softmax: fp32 bmm, add and _softmax outputs, [2, 64, 160, 160] each)
-      // BloomAttention keeps the baddbmm result and the masked scores as locals too (fp32: the
-      // softmax's output is the probabilities; measured, peak dump of tuning case
-      // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd at layer 1's attention: fp32
-      // baddbmm (4, 512, 512), add and _softmax (1, 4, 512, 512), and layer 0's _softmax; half
-      // models are counted by fwd_only_s below)
-      if (fam.scores_locals || (fam.scores_locals_fp32 && p == 4 && !d.amp)) fwd_s = mul(3, p, a);
-      // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
-      // softmax, the half scores and masked scores, the fp32 copy and the softmax output
-      // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
-      // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
-      // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
-      if (fp32_softmax && p != 4 && !d.amp && !fam.qk_in_fp32) fwd_only_s = mul(a, add(mul(2, p), 8));
-      // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
-      // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
-      // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
-      // peak dump of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor:
-      // three fp32 [1, 8, 1024, 1024] at _softmax_backward_data, the bf16 copy already gone).
-      // With dropout the moment before is dropout's backward: the softmax output, the mask and
-      // two gradients in dropout's dtype.
-      {
-        const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
-        const u64 capped = m.attn_logit_softcapping ? p : 0;
-        const u64 drop_dtype = (d.amp && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
-        u64 worst = add(capped, mul(3, sm));
-        if (m.attention_dropout > 0)
-          worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
-        bwd_s = mul(a, sub_floor(worst, probs));
-      }
-      break;
-    }
-    case AttentionImpl::Sdpa:
-      if (cpu_sdpa_math && m.attention_dropout <= 0) {
-        // the math path without dropout (measured, deepseek_v3-tiny fp32 and bf16): q*scale
-        // [b*nh,s,dqk], (k*scale)^T [b*nh,dqk,s], the softmax output [b,nh,s,s] and v
-        // [b*nh,s,dv], all fp32 (half inputs are upcast on CPU); o_proj reads a model-dtype copy.
-        keep(mul(4, add(mul(2, qw), ow)));
-        kept.per_pos = add(kept.per_pos, mul(4, a));
-        fwd_s = mul(2, 4, a);
-        bwd_s = mul(2, 4, a);
-        break;
-      }
-      if (cpu_sdpa_math) {
-        // CPU: the flash kernel refuses dropout_p > 0 (sdp_utils_cpp.cpp check_for_dropout), so
-        // training falls back to _scaled_dot_product_attention_math, which upcasts half inputs
-        // to fp32 on CPU and repeats K/V to every query head. Measured (analyze_saved.py,
-        // gpt2/gpt_bigcode, fp32 and bf16 alike): q*scale [b*nh,s,d], (k*scale)^T [b*nh,d,s],
-        // softmax output [b,nh,s,s], dropout noise mask [b,nh,s,s], dropout output [b*nh,s,s]
-        // and v [b*nh,s,dv], all fp32. o_proj reads a model-dtype copy of the output.
-        // An fp32 v that is a view of a fused q/k/v projection (GPT-2's c_attn(...).split) is
-        // not copied when the batch is 1 (matmul folds [1, nh, s, d] to [nh, s, d] as a view; with
-        // more rows the transposed view cannot fold and is copied), so the matmul keeps the whole
-        // fused output alive (measured, peak dump of tuning case
-        // gpt2/h256-L2-V1024/full/fp32/nogc/sdpa/b1s384/sgd: each layer's fp32 [384, 768] addmm
-        // alive at the loss backward; one-shape gpt2 fp32 sdpa at batch 2 keeps a v copy). Half
-        // inputs are upcast to a v copy.
-        const bool v_views_fused = m.fused_qkv && p == 4 && !d.amp && tokens == seq;
-        keep(mul(4, add(mul(2, qw), v_views_fused ? add(qw, add(kw, vw)) : ow)));
-        kept.per_pos = add(kept.per_pos, mul(12, a));
-        fwd_s = mul(2, 4, a);
-        // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
-        // tensors alive), then frees that output; the mask's mul makes the softmax output's
-        // gradient next to its incoming one. Either moment: the kept tensors plus one fp32 [s, s]
-        // per head (measured, tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd).
-        bwd_s = mul(4, a);
-        break;
-      }
-      {
-      // Flash / memory-efficient kernels keep q, k, v, output and lse; with no padding mask
-      // Transformers passes enable_gqa (no K/V copies). The output is laid out [b, s, heads, d],
-      // so transpose(1, 2).contiguous() is a view and o_proj reads that same storage.
-      // A sliding-window layer no longer than the sequence gets an explicit [b, 1, s, s] mask
-      // (shared_forward_bytes), and with a mask Transformers does not use enable_gqa: repeat_kv
-      // copies K and V to every query head (measured, mistral-tiny window 32 at s=64; and at
-      // s = 32, peak dump of tuning case mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw:
-      // a (3, 1, 32, 32) where and K/V repeated to (3, 4, 4, 32, 16) per layer).
-      // Falcon (rotary) builds its SDPA mask inside every layer: the flash kernel keeps that
-      // layer's own [b, 1, s, s] mask, and with a mask K and V are copied to every query head
-      // (measured, analyze_saved.py falcon-tiny --lora --attention sdpa, fp32: per layer a
-      // (2,1,64,64) mask and q, k, v, out all (2,16,64,8); the fused output is not kept).
-      // On CPU the generic SDPA path likewise turns a sliding-window mask into a float mask with
-      // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
-      // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
-      // each layer's SDPA, no model-level mask alive in backward).
-      // Llama 4's chunked attention (attention_chunk_size no longer than the sequence) is a mask
-      // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
-      // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
-      // layer, full causal, keeps neither).
-      const bool windowed_here = g.local_mask(seq);
-      const bool layer_mask = (fam.per_layer_mask && m.causal) ||
-                              (windowed_here && m.causal && r.device == Device::Cpu);
-      if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
-        k_bytes = mul(p, qw);
-        v_bytes = mul(p, ow);
-      }
-      if (layer_mask) kept.per_pos = add(kept.per_pos, p);
-      keep(add(q_bytes, add(k_bytes, v_bytes)));
-      keep(add(mul(p, ow), lse));
-      out_is_kept = true;
-      bwd_tok = mul(p, add(qw, mul(2, kw)));
-      break;
-    }
-    case AttentionImpl::FlashAttention2: {
-      keep(add(q_bytes, add(k_bytes, v_bytes)));
-      keep(add(mul(p, ow), lse));
-      out_is_kept = true;
-      bwd_tok = add(mul(p, add(qw, mul(2, kw))), mul(4, qw));  // dq (fp32 accumulator), dk, dv
-      break;
-    }
-  }
-  // What the block keeps after the softmax and the PV matmul: o_proj's input, the residual
-  // dropout's mask, Gemma-2's post-attention norm. Their nodes run before softmax's backward and
-  // release it, so eager attention's worst backward moment no longer has it (measured, peak dumps
-  // of tuning cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd and
-  // phi/h256-L2-V1024/full/bf16/gc/eager/b1s256/sgd/gas2 at _softmax_backward_data: no o_proj
-  // input, no post_attention_layernorm input, no resid_dropout noise of the recomputed layer).
-  const u64 before_tail = sub_floor(kept.saved, v_excess);
-  // o_proj's input: the attention output (a transpose copy in eager mode).
-  const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
-  keep(o_in.extra);
-  if (o_in.shared && !out_is_kept) keep(mul(p, ow));
-  held_by_ctx(o_in, mul(p, ow));
-  // Phi, Phi-3, StableLM and GPT-NeoX build the rotated q by concatenating the rotary and
-  // pass-through parts (cat): q is contiguous [b, heads, s, d], the CPU flash kernel's output
-  // follows that layout, and transpose(1, 2).contiguous() is a copy that o_proj keeps (measured,
-  // peakdump phi3-tiny lora fp32 sdpa: clone (2,64,8,16) next to the SDPA output)
-  const bool cat_rotary = fam.rotary_by_cat;
-  if (o_in.shared && out_is_kept && (cat_rotary || impl.attn_output_copied) && r.device == Device::Cpu &&
-      r.attention == AttentionImpl::Sdpa)
-    keep(mul(p, ow));
-  keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));  // residual dropout after o_proj
-  // Gemma2/Gemma3 also normalise the attention and MLP outputs before the residual add
-  // (post_attention_layernorm, post_feedforward_layernorm): each keeps what a norm keeps.
+  const AttentionInput attn_input = attention_input(L, kept);
+  const u64 first_norm = attn_input.first_norm;
+  const SlotKeep attn_in = attn_input.readers;
+  const u64 first_norm_local = attn_input.first_norm_local;
+  const Qkv qkv = projections(L, kept);
+  const AttentionKernel ak = attention_kernel(L, qkv, attn_in.shared, kept);
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
+  const u64 first_qk_unkept = ak.first_qk_unkept, fwd_s = ak.fwd_s, fwd_only_s = ak.fwd_only_s, bwd_s = ak.bwd_s,
+            bwd_tok = ak.bwd_tok;
+  const MathLocals math = ak.math;
+  const u64 attn_tail = attention_tail(L, ak, kept);
   const bool post_norms = fam.post_norms;
-  if (post_norms) keep_hidden(norm(false));
-  // (CPU SDPA's math path likewise: o_proj's node has run before the math ops' backward; measured,
-  // peak dump of tuning case biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw at the PV bmm's
-  // backward: neither the fp32 out_proj input nor the residual dropout's fp32 mask of layer 0)
   const bool unfused_attention = r.attention == AttentionImpl::Eager || cpu_sdpa_math;
-  const u64 attn_tail = unfused_attention ? sub_floor(kept.saved, before_tail) : 0;
 
   // ---- MLP block ---------------------------------------------------------------------------
   const u64 before_mlp = kept.saved;
