@@ -906,6 +906,272 @@ u64 attention_tail(const Layer& L, const AttentionKernel& ak, Kept& kept) {
   return unfused_attention ? sub_floor(kept.saved, before_tail) : 0;
 }
 
+/// What the MLP block keeps and the moments inside it (bytes per token unless named).
+struct MlpBlock {
+  u64 before = 0;             ///< what the layer had saved before the block
+  u64 norm = 0;               ///< what the sequential block's second norm keeps
+  u64 pre_attn = 0;           ///< of the MLP's saved tensors, those made before the attention runs
+  SlotKeep down_in;           ///< what the Linears reading down_proj's input keep
+  u64 per_layer_const = 0;    ///< saved tensors whose size does not scale with tokens (bytes per layer)
+  u64 merged_grad = 0;        ///< PEFT-parametrised experts: the worst merged-weight gradient moment (bytes)
+  u64 shared_expert_bwd = 0;  ///< a shared expert run first: its act * up backward node (bytes)
+  u64 fwd_point = 0;          ///< dense MLP: largest live bytes per token at a forward moment inside it
+  u64 recompute_point = 0;    ///< the same in a checkpointed layer's recomputation (stops early)
+  bool recompute_stops = false;  ///< the recomputation ends before the layer's output exists
+  u64 saved = 0;              ///< what the block keeps (its second norm and the tail included)
+};
+
+
+/// PEFT's parametrised experts and router (Transformers 5 MoE): the merged weights the ops keep
+/// (per layer) and the worst moment of their gradients; returns whether the experts train.
+bool moe_merged_weights(const Layer& L, MlpBlock& mb) {
+  const LayerGroup& g = L.g;
+  const TrainableLinears& t = L.t;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, moe_slots = L.moe_slots, adapter_bytes = L.adapter_bytes;
+  const u64 wi = g.mlp_intermediate;
+  const bool full = L.full, fp32_router = L.fam.fp32_router;
+  bool experts_trained = full;
+  u64 merged_in = 0, merged_hidden = 0;  // merged fused-expert weights read by gate_up / by down
+  for (size_t i = 0; i < g.linears.size(); ++i) {
+    const Linear& l = g.linears[i];
+    if (full || !t.saves_input[i] || i >= t.parametrized.size() || !t.parametrized[i]) continue;
+    if (l.routed) {
+      experts_trained = true;
+      mb.per_layer_const = add(mb.per_layer_const, mul(p, l.weight_params()));  // merged W + B@A
+      if (l.input == LinearInput::MlpHidden) merged_hidden = add(merged_hidden, mul(p, l.weight_params()));
+      else merged_in = add(merged_in, mul(p, l.weight_params()));
+      // _LoraFactorsProxy: baddbmm(W, lhs, rhs) keeps the factors, which get_delta_factors casts
+      // to the weight's dtype: new tensors when the adapters' dtype differs (fp32 adapters on a
+      // bf16 model), views of the adapters otherwise. gate_up_proj: rank 2r, [E, 2i, 2r] and
+      // [E, 2r, h] (half on each of gate and up); down_proj: [E, h, r] and [E, r, i].
+      if (adapter_bytes != p) {
+        const u64 out = l.input == LinearInput::MlpIn ? mul(2, l.out) : l.out;
+        mb.per_layer_const = add(mb.per_layer_const, mul(p, t.lora_rank, l.copies, add(l.in, out)));
+      }
+    } else {
+      // a parametrised router: F.linear keeps the merged weight W + B@A [E, h] (DeepSeek-V3: its fp32 cast)
+      mb.per_layer_const = add(mb.per_layer_const, mul(fp32_router ? 4 : p, l.weight_params()));
+    }
+  }
+  // The merged weight is a non-leaf needing a gradient, so each grouped_mm's backward makes a
+  // weight gradient the size of the whole expert stack, in the model dtype, before baddbmm's
+  // node turns it into the factors' gradients (the node was created just before that grouped_mm
+  // when the parametrised weight was read, so it runs next and frees the gradient). At
+  // down_proj's node both merged weights are saved; the weighting mul's node has released the
+  // down output and left its gradient [S, h] in its place; the node makes dm [S, i] and the
+  // weight gradient. At gate_up_proj's node down's merged weight, its input (act * up), the
+  // activation output and the gate_up output are released; it makes the weight gradient next to
+  // d(gate_up) [S, 2i]. Measured, peak dump of tuning case
+  // mixtral/h512-L2-V2048/lora-r16-all/bf16/gc/eager/b1s24/sgd at the recomputed layer's
+  // _grouped_mm backward: the bf16 baddbmm outputs [4, 3584, 512] and [4, 512, 1792], the
+  // _grouped_mm weight gradient [4, 512, 1792] and dm [48, 1792] beside the saved tensors.
+  if (merged_hidden > 0 || merged_in > 0)
+    mb.merged_grad = std::max(add(merged_hidden, mul(tokens, moe_slots, p, wi)),
+                           sub_floor(merged_in, add(merged_hidden, mul(tokens, moe_slots, p, add(mul(2, wi), h)))));
+  // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
+  // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
+  // (the hidden states' dtype: fp32 under autocast)
+  return experts_trained;
+}
+
+/// The MoE block: router, routed experts (fused, grouped_mm), a shared expert.
+void moe_block(const Layer& L, Kept& kept, MlpBlock& mb) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, moe_slots = L.moe_slots, xp = L.xp;
+  const FamilyActivations& fam = L.fam;
+  // Transformers 5.x MoE blocks (Mixtral, Qwen2/3-MoE, DeepSeek-V3): the experts are fused
+  // [E, ...] parameters run with grouped_mm over the token slots sorted by expert. Measured per
+  // layer (analyze_saved.py on the tiny MoE configs, fp32/bf16, full and LoRA):
+  //  - router: the fp32 softmax (sigmoid) scores [T, E], the top-k indices int64 [T, k], and
+  //    when the top-k weights are renormalised (Mixtral, Qwen3-MoE, DeepSeek) their sum [T, 1]
+  //    and the fp32 top-k values [T, k] kept by the division;
+  //  - per routed slot (T*k of them): the int64 sort and inverse-sort indices, the gate_up
+  //    output [Tk, 2i] (kept whole by the activation: gate and up are views of it), the
+  //    activation output, the routing weight [Tk, 1] and the down output [Tk, h] (the weighting
+  //    mul keeps both); with trained experts also the gathered input [Tk, h] and act*up [Tk, i]
+  //    (grouped_mm keeps its input when its weight needs a gradient).
+  //  - PEFT (0.21) adapts fused experts by parametrisation: the merged weight W + B@A of each
+  //    fused tensor is a non-leaf that grouped_mm keeps, p x E x in x out per layer.
+  const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
+  const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
+  kept.keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
+  if (!g.experts_on_every_token)
+    mb.per_layer_const = add(mb.per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
+  const bool experts_trained = moe_merged_weights(L, mb);
+  const u64 route_w = fam.fp32_route_weights ? 4 : d.residual;
+  // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
+  // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
+  // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
+  // above, and nothing keeps the down output (the slots are summed, sum keeps nothing); with
+  // trained experts bmm also keeps its inputs (the weighted input and act*up). Measured, peak
+  // dump of llama4_text/lora/fp32/gc/eager: [4, 128, 192] gate_up, [4, 128, 96] silu output and
+  // the [512, 128] repeat output of the recomputed MoE layer.
+  // gpt-oss's gate (modeling_gpt_oss.py GptOssExperts._apply_gate) keeps the clamped gate,
+  // sigmoid(alpha * gate), up + 1 and glu: four [slots, i] tensors where act(gate) * up keeps
+  // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
+  const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
+  const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
+                                                : add(add(mul(3, 8), mul(xp, wi, add(2, gate_saves))), add(route_w, mul(xp, h)));
+  const u64 routed_kept = mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0));
+  kept.keep(routed_kept);
+  // A shared expert that runs first has its backward last: at its act * up node the routed
+  // experts' saved tensors and its down_proj input are released, and dm, d(act), d(up) [T, i]
+  // are alive beside the incoming gradient (measured, peak dump of tuning case
+  // qwen2_moe/h256-L3-V2048/full/fp32/gc/eager/b4s64/sgd at layer 0's mul: six fp32 [256, 1408]
+  // (gate and up outputs, silu's, dm and the two products' gradients) next to the routed stacks',
+  // the router's and the shared down_proj's gradients; the weight gradients are estimate.cpp's)
+  if (g.shared_intermediate > 0 && fam.shared_expert_first)
+    mb.shared_expert_bwd = mul(tokens, sub_floor(add(mul(d.residual, h), mul(3, p, g.shared_intermediate)),
+                                              add(routed_kept, mul(p, g.shared_intermediate))));
+  if (g.shared_intermediate > 0) {
+    // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
+    kept.keep(mlp_keeps(L, g.shared_intermediate, 1));
+    kept.keep(mb.down_in.extra);
+    if (mb.down_in.shared) kept.keep(mul(p, g.shared_intermediate));
+    kept.held_by_ctx(mb.down_in, mul(p, g.shared_intermediate));
+    if (fam.sigmoid_gated_shared_expert) kept.keep(add(mul(p, h), p));  // shared output and sigmoid gate
+  }
+}
+
+// Non-reentrant checkpointing stops the recomputation as soon as the last saved tensor is
+// recomputed (torch/utils/checkpoint.py: early_stop=True, _StopRecomputationError raised
+// from the pack hook, which autograd calls when an op saves its inputs, before the op runs).
+// With nothing saved after down_proj (no residual dropout, no post norm), its outputs are
+// never made again: a trained down_proj saves its input before its mm runs; an adapter's
+// lora_B saves its input after the frozen base output exists (measured, peak dumps of
+// one-shape gptj/lora/bf16/gc/eager: no [T, h] adapter output during the recomputation, and
+// of tuning case llama/lora/bf16/gc/sdpa/dropout0.1: no scaled copy).
+// GPT-2-style blocks keep their attn_output local through it.
+u64 recompute_down_output(const Layer& L, MlpBlock& mb) {
+  const ModelSpec& m = L.m;
+  const u64 p = L.p, h = L.h, adapter_bytes = L.adapter_bytes;
+  const bool post_norms = L.fam.post_norms;
+  const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
+  u64 recompute_down_out = saves_after_down ? linear_output(L, LinearInput::MlpHidden, h)
+                                            : (lora_on(L, LinearInput::MlpHidden) ? mul(p, h) : 0);
+  // Stopping at lora_B, the layer's output is never made either. Measured with adapters in the
+  // model dtype (tuning case phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum
+  // peaks at its MLP backward, below a recomputation counted with the output; fp32
+  // phi3/lora/fp32/gc/* and llama/lora/fp32/gc/eager/dropout0.1 agree): there the output is
+  // not counted, and at down_proj a second [T, h] beside the base output is (which tensor it
+  // is, is not established: one peak dump shows lora_B's output, another none). With fp32
+  // adapters on a half model the count above (base output, then the layer output) holds
+  // (one-shape gptj/codegen lora/bf16/gc/eager, llama/lora/bf16/gc/sdpa/dropout0.1).
+  if (lora_on(L, LinearInput::MlpHidden) && !saves_after_down && adapter_bytes == p) {
+    mb.recompute_stops = true;
+    recompute_down_out = mul(2, p, h);
+  }
+  return recompute_down_out;
+}
+
+/// A dense MLP (gated or plain): what it keeps and its forward and recomputation moments.
+void dense_mlp(const Layer& L, u64 first_norm_local, Kept& kept, MlpBlock& mb) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const u64 p = L.p, h = L.h, adapter_bytes = L.adapter_bytes, act_saves = L.act_saves;
+  const bool relu = L.relu;
+  const FamilyActivations& fam = L.fam;
+  // Forward moments inside the MLP, where its [T, i] tensors pile up (bytes per token, with
+  // what the layer has saved so far; each Linear's output as linear_output counts it).
+  const u64 wi = g.mlp_intermediate;
+  bool fused_gate_up = false;  // Phi-3: one gate_up_proj Linear [h -> 2i], chunked
+  for (const Linear& l : g.linears)
+    fused_gate_up = fused_gate_up || (l.input == LinearInput::MlpIn && l.out == mul(2, wi));
+  if (m.mlp == MlpKind::Gated && fused_gate_up) {
+    // gate_up(x) being computed: its [T, 2i] output (+ the adapter's)
+    mb.fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, mul(2, wi)));
+  } else if (m.mlp == MlpKind::Gated) {
+    // gate(x) -> act (keeps its input, output kept by the mul) -> up(x) being computed
+    mb.fwd_point = add(kept.saved, add(mul(p, wi, add(act_saves, 1)), linear_output(L, LinearInput::MlpIn, wi)));
+  } else {
+    // fc1(x) being computed
+    mb.fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, wi));
+  }
+  mb.recompute_point = mb.fwd_point;
+  kept.keep(mlp_keeps(L, wi, 1));
+  kept.keep(mb.down_in.extra);
+  const bool down_keeps_shared = mb.down_in.shared && !(m.mlp == MlpKind::Plain && relu);
+  if (down_keeps_shared) kept.keep(mul(p, wi));
+  kept.held_by_ctx(mb.down_in, mul(p, wi));
+  // down_proj running: its input (a transient when nothing keeps it: the gated product, or the
+  // output of an activation that keeps its input, e.g. gelu_new's last mul, measured
+  // gpt2/lora/bf16/gc/eager: the bf16 [T, 4h] mul output alive through c_proj's forward) and output
+  const bool act_out_kept = m.mlp == MlpKind::Plain && relu;  // relu keeps its output
+  const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
+  // With lora_dropout > 0 and an adapter dtype other than the model's, PEFT's LoRA forward
+  // (peft 0.21 tuners/lora/layer.py Linear.forward) holds the input cast to the adapter dtype
+  // in a local while lora_A and lora_B run: dropout keeps only its noise and lora_A the dropped
+  // copy, so the cast is a transient of its own (measured, peak dump of tuning case
+  // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy alive at the recomputed
+  // down_proj's adapter)
+  const u64 dropout_cast = (lora_on(L, LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
+                               ? mul(adapter_bytes, wi) : 0;
+  const u64 at_down = add(kept.saved, add(unsaved_in, dropout_cast));
+  mb.fwd_point = std::max(mb.fwd_point, add(at_down, linear_output(L, LinearInput::MlpHidden, h)));
+  mb.recompute_point = std::max(mb.recompute_point, add(at_down, recompute_down_output(L, mb)));
+  // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
+  // a local until the block returns: a [T, h] alive through the MLP that nothing saves
+  // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
+  // StableLM keeps its first norm's output too, a tensor of its own unless the attention's
+  // Linears keep it (trained, or adapters in its dtype) or the MLP reads it (parallel block).
+  // Measured, peak dump of tuning case
+  // stablelm/h384-L2-V1024/lora-r16-all/bf16/gc/eager/b4s128/adamw/gas2 at the recomputed
+  // up_proj's `* scaling`: both bf16 native_layer_norm outputs and o_proj's bf16 output beside
+  // the six fp32 adapter input casts, -2.2 % without these two [T, h].
+  const u64 block_locals = add(fam.block_keeps_attn_output ? mul(p, h) : 0, first_norm_local);
+  mb.fwd_point = add(mb.fwd_point, block_locals);
+  mb.recompute_point = add(mb.recompute_point, block_locals);
+}
+
+/// The MLP block, from the sequential block's second norm to its residual dropout / post norm.
+MlpBlock mlp_block(const Layer& L, u64 first_norm_local, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, h = L.h, norm_out = L.norm_out;
+  const bool full = L.full, relu = L.relu;
+  const FamilyActivations& fam = L.fam;
+  MlpBlock mb;
+  mb.before = kept.saved;
+  if (!m.parallel_block) {
+    // NeoX / Falcon-40B read the same residual through both norms: its copy is kept once
+    // (RMSNorm on half inputs makes separate fp32 copies).
+    mb.norm = norm_keeps(L, m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4));
+    kept.keep_norm(mb.norm);
+    const SlotKeep mlp_in = slot_keep(L, {LinearInput::MlpIn}, h, norm_out);
+    kept.keep_hidden(mlp_in.extra);
+    if (mlp_in.shared) kept.keep_hidden(mul(norm_out, h));
+    kept.held_by_ctx(mlp_in, mul(norm_out, h));
+    // FalconDecoderLayer with num_ln_in_parallel_attn == 2 runs ln_mlp before the attention
+    // (modeling_falcon.py), so what it keeps is alive at the attention's forward moment (measured,
+    // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
+    // at the last layer's _softmax: both norms' [2, 160, 512] outputs of that layer). GPT-NeoX
+    // calls post_attention_layernorm after its attention.
+    if (fam.mlp_norm_before_attention && m.parallel_two_norms)
+      mb.pre_attn = add(mb.norm, mlp_in.shared ? mul(norm_out, h) : 0);
+  }
+  // down_proj's input: in an MoE layer only the shared expert's down_proj reads it as a Linear
+  // (the routed experts' are counted with the MoE block), so its width is the shared expert's.
+  mb.down_in = slot_keep(L, {LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
+  // Under autocast slot() counts a half cast of each trained Linear's input, but fc2's input is
+  // relu's output, already half (fc1 ran in half) and kept by relu: autocast casts nothing and fc2
+  // keeps that same tensor, as without autocast (measured, peak dump of tuning case
+  // opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw: one bf16 relu [768, 256] per layer
+  // and no half copy of it; a non-relu activation's output is a tensor of its own, kept by fc2)
+  if (d.amp && full && !g.moe && m.mlp == MlpKind::Plain && relu)
+    mb.down_in.extra = sub_floor(mb.down_in.extra, mul(d.compute, g.mlp_intermediate));
+  if (g.moe) moe_block(L, kept, mb);
+  else dense_mlp(L, first_norm_local, kept, mb);
+  kept.keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
+  if (fam.post_norms) kept.keep_norm(norm_keeps(L, false));
+  mb.saved = sub_floor(kept.saved, mb.before);
+  return mb;
+}
+
 }  // namespace
 
 LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
@@ -916,15 +1182,11 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   const bool full = L.full, cpu_sdpa_math = L.cpu_sdpa_math;
   const u64 adapter_bytes = L.adapter_bytes, moe_slots = L.moe_slots, xp = L.xp, norm_out = L.norm_out;
   const FamilyActivations& fam = L.fam;
-  const bool fp32_router = fam.fp32_router, gemma_norm = L.gemma_norm, bnb4 = L.bnb4;
+  const bool gemma_norm = L.gemma_norm, bnb4 = L.bnb4;
   const u64 act_saves = L.act_saves;
   const bool relu = L.relu;
   Kept kept;
-  auto keep = [&](u64 bytes) { kept.keep(bytes); };
-  auto keep_hidden = [&](u64 bytes) { kept.keep_hidden(bytes); };
   auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) { return slot_keep(L, inputs, width, elem); };
-  auto held_by_ctx = [&](const SlotKeep& sk, u64 bytes) { kept.held_by_ctx(sk, bytes); };
-  auto norm = [&](bool shared) { ++kept.norms; return norm_keeps(L, shared); };
 
   // ---- attention block -------------------------------------------------------------------
   const AttentionInput attn_input = attention_input(L, kept);
@@ -938,220 +1200,16 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
             bwd_tok = ak.bwd_tok;
   const MathLocals math = ak.math;
   const u64 attn_tail = attention_tail(L, ak, kept);
-  const bool post_norms = fam.post_norms;
   const bool unfused_attention = r.attention == AttentionImpl::Eager || cpu_sdpa_math;
 
   // ---- MLP block ---------------------------------------------------------------------------
-  const u64 before_mlp = kept.saved;
-  u64 mlp_norm = 0;  // what the sequential block's second norm keeps
-  u64 mlp_pre_attn = 0;  // of the MLP's saved tensors, those made before the attention runs
-  if (!m.parallel_block) {
-    // NeoX / Falcon-40B read the same residual through both norms: its copy is kept once
-    // (RMSNorm on half inputs makes separate fp32 copies).
-    mlp_norm = norm(m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4));
-    keep_hidden(mlp_norm);
-    const SlotKeep mlp_in = slot({LinearInput::MlpIn}, h, norm_out);
-    keep_hidden(mlp_in.extra);
-    if (mlp_in.shared) keep_hidden(mul(norm_out, h));
-    held_by_ctx(mlp_in, mul(norm_out, h));
-    // FalconDecoderLayer with num_ln_in_parallel_attn == 2 runs ln_mlp before the attention
-    // (modeling_falcon.py), so what it keeps is alive at the attention's forward moment (measured,
-    // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
-    // at the last layer's _softmax: both norms' [2, 160, 512] outputs of that layer). GPT-NeoX
-    // calls post_attention_layernorm after its attention.
-    if (fam.mlp_norm_before_attention && m.parallel_two_norms)
-      mlp_pre_attn = add(mlp_norm, mlp_in.shared ? mul(norm_out, h) : 0);
-  }
-  u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
-  u64 merged_grad = 0;      // PEFT-parametrised experts: the worst merged-weight gradient moment (below)
-  u64 shared_expert_bwd = 0;  // a shared expert run first: its act * up backward node (below)
-  u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
-  u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
-  bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
-  // down_proj's input: in an MoE layer only the shared expert's down_proj reads it as a Linear
-  // (the routed experts' are counted with the MoE block), so its width is the shared expert's.
-  SlotKeep down_in = slot({LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
-  // Under autocast slot() counts a half cast of each trained Linear's input, but fc2's input is
-  // relu's output, already half (fc1 ran in half) and kept by relu: autocast casts nothing and fc2
-  // keeps that same tensor, as without autocast (measured, peak dump of tuning case
-  // opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw: one bf16 relu [768, 256] per layer
-  // and no half copy of it; a non-relu activation's output is a tensor of its own, kept by fc2)
-  if (d.amp && full && !g.moe && m.mlp == MlpKind::Plain && relu)
-    down_in.extra = sub_floor(down_in.extra, mul(d.compute, g.mlp_intermediate));
-  if (g.moe) {
-    // Transformers 5.x MoE blocks (Mixtral, Qwen2/3-MoE, DeepSeek-V3): the experts are fused
-    // [E, ...] parameters run with grouped_mm over the token slots sorted by expert. Measured per
-    // layer (analyze_saved.py on the tiny MoE configs, fp32/bf16, full and LoRA):
-    //  - router: the fp32 softmax (sigmoid) scores [T, E], the top-k indices int64 [T, k], and
-    //    when the top-k weights are renormalised (Mixtral, Qwen3-MoE, DeepSeek) their sum [T, 1]
-    //    and the fp32 top-k values [T, k] kept by the division;
-    //  - per routed slot (T*k of them): the int64 sort and inverse-sort indices, the gate_up
-    //    output [Tk, 2i] (kept whole by the activation: gate and up are views of it), the
-    //    activation output, the routing weight [Tk, 1] and the down output [Tk, h] (the weighting
-    //    mul keeps both); with trained experts also the gathered input [Tk, h] and act*up [Tk, i]
-    //    (grouped_mm keeps its input when its weight needs a gradient).
-    //  - PEFT (0.21) adapts fused experts by parametrisation: the merged weight W + B@A of each
-    //    fused tensor is a non-leaf that grouped_mm keeps, p x E x in x out per layer.
-    const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
-    const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
-    keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
-    if (!g.experts_on_every_token)
-      per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
-    bool experts_trained = full;
-    u64 merged_in = 0, merged_hidden = 0;  // merged fused-expert weights read by gate_up / by down
-    for (size_t i = 0; i < g.linears.size(); ++i) {
-      const Linear& l = g.linears[i];
-      if (full || !t.saves_input[i] || i >= t.parametrized.size() || !t.parametrized[i]) continue;
-      if (l.routed) {
-        experts_trained = true;
-        per_layer_const = add(per_layer_const, mul(p, l.weight_params()));  // merged W + B@A
-        if (l.input == LinearInput::MlpHidden) merged_hidden = add(merged_hidden, mul(p, l.weight_params()));
-        else merged_in = add(merged_in, mul(p, l.weight_params()));
-        // _LoraFactorsProxy: baddbmm(W, lhs, rhs) keeps the factors, which get_delta_factors casts
-        // to the weight's dtype: new tensors when the adapters' dtype differs (fp32 adapters on a
-        // bf16 model), views of the adapters otherwise. gate_up_proj: rank 2r, [E, 2i, 2r] and
-        // [E, 2r, h] (half on each of gate and up); down_proj: [E, h, r] and [E, r, i].
-        if (adapter_bytes != p) {
-          const u64 out = l.input == LinearInput::MlpIn ? mul(2, l.out) : l.out;
-          per_layer_const = add(per_layer_const, mul(p, t.lora_rank, l.copies, add(l.in, out)));
-        }
-      } else {
-        // a parametrised router: F.linear keeps the merged weight W + B@A [E, h] (DeepSeek-V3: its fp32 cast)
-        per_layer_const = add(per_layer_const, mul(fp32_router ? 4 : p, l.weight_params()));
-      }
-    }
-    // The merged weight is a non-leaf needing a gradient, so each grouped_mm's backward makes a
-    // weight gradient the size of the whole expert stack, in the model dtype, before baddbmm's
-    // node turns it into the factors' gradients (the node was created just before that grouped_mm
-    // when the parametrised weight was read, so it runs next and frees the gradient). At
-    // down_proj's node both merged weights are saved; the weighting mul's node has released the
-    // down output and left its gradient [S, h] in its place; the node makes dm [S, i] and the
-    // weight gradient. At gate_up_proj's node down's merged weight, its input (act * up), the
-    // activation output and the gate_up output are released; it makes the weight gradient next to
-    // d(gate_up) [S, 2i]. Measured, peak dump of tuning case
-    // mixtral/h512-L2-V2048/lora-r16-all/bf16/gc/eager/b1s24/sgd at the recomputed layer's
-    // _grouped_mm backward: the bf16 baddbmm outputs [4, 3584, 512] and [4, 512, 1792], the
-    // _grouped_mm weight gradient [4, 512, 1792] and dm [48, 1792] beside the saved tensors.
-    if (merged_hidden > 0 || merged_in > 0)
-      merged_grad = std::max(add(merged_hidden, mul(tokens, moe_slots, p, wi)),
-                             sub_floor(merged_in, add(merged_hidden, mul(tokens, moe_slots, p, add(mul(2, wi), h)))));
-    // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
-    // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
-    // (the hidden states' dtype: fp32 under autocast)
-    const u64 route_w = fam.fp32_route_weights ? 4 : d.residual;
-    // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
-    // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
-    // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
-    // above, and nothing keeps the down output (the slots are summed, sum keeps nothing); with
-    // trained experts bmm also keeps its inputs (the weighted input and act*up). Measured, peak
-    // dump of llama4_text/lora/fp32/gc/eager: [4, 128, 192] gate_up, [4, 128, 96] silu output and
-    // the [512, 128] repeat output of the recomputed MoE layer.
-    // gpt-oss's gate (modeling_gpt_oss.py GptOssExperts._apply_gate) keeps the clamped gate,
-    // sigmoid(alpha * gate), up + 1 and glu: four [slots, i] tensors where act(gate) * up keeps
-    // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
-    const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
-    const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
-                                                  : add(add(mul(3, 8), mul(xp, wi, add(2, gate_saves))), add(route_w, mul(xp, h)));
-    const u64 routed_kept = mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0));
-    keep(routed_kept);
-    // A shared expert that runs first has its backward last: at its act * up node the routed
-    // experts' saved tensors and its down_proj input are released, and dm, d(act), d(up) [T, i]
-    // are alive beside the incoming gradient (measured, peak dump of tuning case
-    // qwen2_moe/h256-L3-V2048/full/fp32/gc/eager/b4s64/sgd at layer 0's mul: six fp32 [256, 1408]
-    // (gate and up outputs, silu's, dm and the two products' gradients) next to the routed stacks',
-    // the router's and the shared down_proj's gradients; the weight gradients are estimate.cpp's)
-    if (g.shared_intermediate > 0 && fam.shared_expert_first)
-      shared_expert_bwd = mul(tokens, sub_floor(add(mul(d.residual, h), mul(3, p, g.shared_intermediate)),
-                                                add(routed_kept, mul(p, g.shared_intermediate))));
-    if (g.shared_intermediate > 0) {
-      // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
-      keep(mlp_keeps(L, g.shared_intermediate, 1));
-      keep(down_in.extra);
-      if (down_in.shared) keep(mul(p, g.shared_intermediate));
-      held_by_ctx(down_in, mul(p, g.shared_intermediate));
-      if (fam.sigmoid_gated_shared_expert) keep(add(mul(p, h), p));  // shared output and sigmoid gate
-    }
-  } else {
-    // Forward moments inside the MLP, where its [T, i] tensors pile up (bytes per token, with
-    // what the layer has saved so far). A Linear's forward output is p x out; a LoRA adapter adds
-    // lora_B's output and its `* scaling` copy in the adapter dtype before PEFT adds them to the
-    // base output (measured: peft 0.21 LoraLayer.forward, fp32 and bf16 models alike).
-    const u64 wi = g.mlp_intermediate;
-    bool fused_gate_up = false;  // Phi-3: one gate_up_proj Linear [h -> 2i], chunked
-    for (const Linear& l : g.linears)
-      fused_gate_up = fused_gate_up || (l.input == LinearInput::MlpIn && l.out == mul(2, wi));
-    if (m.mlp == MlpKind::Gated && fused_gate_up) {
-      // gate_up(x) being computed: its [T, 2i] output (+ the adapter's)
-      mlp_fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, mul(2, wi)));
-    } else if (m.mlp == MlpKind::Gated) {
-      // gate(x) -> act (keeps its input, output kept by the mul) -> up(x) being computed
-      mlp_fwd_point = add(kept.saved, add(mul(p, wi, add(act_saves, 1)), linear_output(L, LinearInput::MlpIn, wi)));
-    } else {
-      // fc1(x) being computed
-      mlp_fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, wi));
-    }
-    mlp_recompute_point = mlp_fwd_point;
-    keep(mlp_keeps(L, wi, 1));
-    keep(down_in.extra);
-    const bool down_keeps_shared = down_in.shared && !(m.mlp == MlpKind::Plain && relu);
-    if (down_keeps_shared) keep(mul(p, wi));
-    held_by_ctx(down_in, mul(p, wi));
-    // down_proj running: its input (a transient when nothing keeps it: the gated product, or the
-    // output of an activation that keeps its input, e.g. gelu_new's last mul, measured
-    // gpt2/lora/bf16/gc/eager: the bf16 [T, 4h] mul output alive through c_proj's forward) and output
-    const bool act_out_kept = m.mlp == MlpKind::Plain && relu;  // relu keeps its output
-    const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
-    // With lora_dropout > 0 and an adapter dtype other than the model's, PEFT's LoRA forward
-    // (peft 0.21 tuners/lora/layer.py Linear.forward) holds the input cast to the adapter dtype
-    // in a local while lora_A and lora_B run: dropout keeps only its noise and lora_A the dropped
-    // copy, so the cast is a transient of its own (measured, peak dump of tuning case
-    // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy alive at the recomputed
-    // down_proj's adapter)
-    const u64 dropout_cast = (lora_on(L, LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
-                                 ? mul(adapter_bytes, wi) : 0;
-    const u64 at_down = add(kept.saved, add(unsaved_in, dropout_cast));
-    mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, linear_output(L, LinearInput::MlpHidden, h)));
-    // Non-reentrant checkpointing stops the recomputation as soon as the last saved tensor is
-    // recomputed (torch/utils/checkpoint.py: early_stop=True, _StopRecomputationError raised
-    // from the pack hook, which autograd calls when an op saves its inputs, before the op runs).
-    // With nothing saved after down_proj (no residual dropout, no post norm), its outputs are
-    // never made again: a trained down_proj saves its input before its mm runs; an adapter's
-    // lora_B saves its input after the frozen base output exists (measured, peak dumps of
-    // one-shape gptj/lora/bf16/gc/eager: no [T, h] adapter output during the recomputation, and
-    // of tuning case llama/lora/bf16/gc/sdpa/dropout0.1: no scaled copy).
-    // GPT-2-style blocks keep their attn_output local through it.
-    const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
-    u64 recompute_down_out = saves_after_down ? linear_output(L, LinearInput::MlpHidden, h)
-                                              : (lora_on(L, LinearInput::MlpHidden) ? mul(p, h) : 0);
-    // Stopping at lora_B, the layer's output is never made either. Measured with adapters in the
-    // model dtype (tuning case phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum
-    // peaks at its MLP backward, below a recomputation counted with the output; fp32
-    // phi3/lora/fp32/gc/* and llama/lora/fp32/gc/eager/dropout0.1 agree): there the output is
-    // not counted, and at down_proj a second [T, h] beside the base output is (which tensor it
-    // is, is not established: one peak dump shows lora_B's output, another none). With fp32
-    // adapters on a half model the count above (base output, then the layer output) holds
-    // (one-shape gptj/codegen lora/bf16/gc/eager, llama/lora/bf16/gc/sdpa/dropout0.1).
-    if (lora_on(L, LinearInput::MlpHidden) && !saves_after_down && adapter_bytes == p) {
-      recompute_stops_in_mlp = true;
-      recompute_down_out = mul(2, p, h);
-    }
-    mlp_recompute_point = std::max(mlp_recompute_point, add(at_down, recompute_down_out));
-    // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
-    // a local until the block returns: a [T, h] alive through the MLP that nothing saves
-    // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
-    // StableLM keeps its first norm's output too, a tensor of its own unless the attention's
-    // Linears keep it (trained, or adapters in its dtype) or the MLP reads it (parallel block).
-    // Measured, peak dump of tuning case
-    // stablelm/h384-L2-V1024/lora-r16-all/bf16/gc/eager/b4s128/adamw/gas2 at the recomputed
-    // up_proj's `* scaling`: both bf16 native_layer_norm outputs and o_proj's bf16 output beside
-    // the six fp32 adapter input casts, -2.2 % without these two [T, h].
-    const u64 block_locals = add(fam.block_keeps_attn_output ? mul(p, h) : 0, first_norm_local);
-    mlp_fwd_point = add(mlp_fwd_point, block_locals);
-    mlp_recompute_point = add(mlp_recompute_point, block_locals);
-  }
-  keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
-  if (post_norms) keep_hidden(norm(false));
-  const u64 mlp_saved = sub_floor(kept.saved, before_mlp);
+  const MlpBlock mb = mlp_block(L, first_norm_local, kept);
+  const u64 before_mlp = mb.before, mlp_norm = mb.norm, mlp_pre_attn = mb.pre_attn, per_layer_const = mb.per_layer_const;
+  const u64 merged_grad = mb.merged_grad, shared_expert_bwd = mb.shared_expert_bwd;
+  const u64 mlp_fwd_point = mb.fwd_point, mlp_recompute_point = mb.recompute_point;
+  const bool recompute_stops_in_mlp = mb.recompute_stops;
+  const SlotKeep down_in = mb.down_in;
+  const u64 mlp_saved = mb.saved;
 
   LayerActivations out;
   out.saved = add(mul(kept.saved, tokens), mul(kept.per_pos, tokens, s));
