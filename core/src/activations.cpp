@@ -253,6 +253,8 @@ struct Layer {
   bool cpu_sdpa_math = false;  ///< SDPA falls back to CPU's _scaled_dot_product_attention_math
   u64 moe_slots = 0;           ///< expert runs per token
   u64 xp = 0;                  ///< bytes per element of the routed experts' tensors
+  u64 mlp_width = 0;           ///< MLP intermediate width per token (MoE: times the routed slots)
+  u64 mlp_elem = 0;            ///< bytes per element of the MLP intermediates
   u64 norm_out = 0;            ///< bytes of a norm's output (the residual dtype: fp32 under autocast)
   bool gemma_norm = false;     ///< FamilyActivations::norm_fp32_one_plus_weight
   bool bnb4 = false, bnb8 = false;  ///< QLoRA over bitsandbytes 4-bit / LLM.int8 Linears
@@ -295,6 +297,8 @@ Layer layer_of(const ModelSpec& m, const LayerGroup& g, const Request& r, const 
   // here: there the experts are taken to run in half, as before.
   const bool fp32_experts = d.amp && g.moe && !g.experts_on_every_token && r.device == Device::Cpu;
   L.xp = fp32_experts ? d.residual : L.p;
+  L.mlp_width = g.moe ? mul(L.moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
+  L.mlp_elem = g.moe ? L.xp : L.p;
   // bitsandbytes' quantized Linears keep tensors as attributes of their autograd context, not
   // through save_for_backward (bitsandbytes.cpp: which, per release). Kept whether or not the
   // Linear has an adapter, and checkpointing's saved-tensor hooks never see them: alive from the
@@ -613,7 +617,8 @@ bool eager_softmax_in_fp32(const Layer& L) { return !L.fam.softmax_in_model_dtyp
   // of tuning case gpt_bigcode/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd: two fp32
   // clone (3, 1, 8, 128, 32) next to the scaled (3, 8, 32, 128) key the bmm keeps).
 MathLocals sdpa_math_locals(const Layer& L, bool attn_in_shared) {
-  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, s = L.s, norm_out = L.norm_out;
+  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, s = L.s,
+            norm_out = L.norm_out;
   MathLocals math;
   const bool half_in = p != 4;
   const u64 qkv = add(qw, add(kw, vw));
@@ -1172,46 +1177,39 @@ MlpBlock mlp_block(const Layer& L, u64 first_norm_local, Kept& kept) {
   return mb;
 }
 
-}  // namespace
-
-LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
-                                   const TrainableLinears& t, u64 tokens, u64 seq) {
-  const Layer L = layer_of(m, g, r, t, tokens, seq);
-  const Dtypes d = L.d;
-  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, ow = L.ow, s = L.s;
-  const bool full = L.full, cpu_sdpa_math = L.cpu_sdpa_math;
-  const u64 adapter_bytes = L.adapter_bytes, moe_slots = L.moe_slots, xp = L.xp, norm_out = L.norm_out;
-  const FamilyActivations& fam = L.fam;
-  const bool gemma_norm = L.gemma_norm, bnb4 = L.bnb4;
-  const u64 act_saves = L.act_saves;
-  const bool relu = L.relu;
+/// The walk of one layer: what each block keeps and the moments they leave for the totals below.
+struct LayerWalk {
   Kept kept;
-  auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) { return slot_keep(L, inputs, width, elem); };
+  AttentionInput in;
+  AttentionKernel ak;
+  u64 attn_tail = 0;      ///< see attention_tail
+  bool unfused = false;   ///< eager attention or CPU SDPA's math path (LayerActivations::attention_backward_unfused)
+  MlpBlock mb;
+};
 
-  // ---- attention block -------------------------------------------------------------------
-  const AttentionInput attn_input = attention_input(L, kept);
-  const u64 first_norm = attn_input.first_norm;
-  const SlotKeep attn_in = attn_input.readers;
-  const u64 first_norm_local = attn_input.first_norm_local;
-  const Qkv qkv = projections(L, kept);
-  const AttentionKernel ak = attention_kernel(L, qkv, attn_in.shared, kept);
-  const bool fp32_softmax = eager_softmax_in_fp32(L);
-  const u64 first_qk_unkept = ak.first_qk_unkept, fwd_s = ak.fwd_s, fwd_only_s = ak.fwd_only_s, bwd_s = ak.bwd_s,
-            bwd_tok = ak.bwd_tok;
-  const MathLocals math = ak.math;
-  const u64 attn_tail = attention_tail(L, ak, kept);
-  const bool unfused_attention = r.attention == AttentionImpl::Eager || cpu_sdpa_math;
+LayerWalk walk_layer(const Layer& L) {
+  LayerWalk w;
+  w.in = attention_input(L, w.kept);
+  const Qkv qkv = projections(L, w.kept);
+  w.ak = attention_kernel(L, qkv, w.in.readers.shared, w.kept);
+  w.attn_tail = attention_tail(L, w.ak, w.kept);
+  w.unfused = L.r.attention == AttentionImpl::Eager || L.cpu_sdpa_math;
+  w.mb = mlp_block(L, w.in.first_norm_local, w.kept);
+  return w;
+}
 
-  // ---- MLP block ---------------------------------------------------------------------------
-  const MlpBlock mb = mlp_block(L, first_norm_local, kept);
-  const u64 before_mlp = mb.before, mlp_norm = mb.norm, mlp_pre_attn = mb.pre_attn, per_layer_const = mb.per_layer_const;
-  const u64 merged_grad = mb.merged_grad, shared_expert_bwd = mb.shared_expert_bwd;
-  const u64 mlp_fwd_point = mb.fwd_point, mlp_recompute_point = mb.recompute_point;
-  const bool recompute_stops_in_mlp = mb.recompute_stops;
-  const SlotKeep down_in = mb.down_in;
-  const u64 mlp_saved = mb.saved;
 
-  LayerActivations out;
+/// What the layer keeps for backward, in total and by part.
+void saved_totals(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const FamilyActivations& fam = L.fam;
+  const Kept& kept = w.kept;
+  const SlotKeep& attn_in = w.in.readers;
+  const u64 p = L.p, h = L.h, a = L.a, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
+            first_norm = w.in.first_norm, first_qk_unkept = w.ak.first_qk_unkept, before_mlp = w.mb.before,
+            mlp_norm = w.mb.norm, per_layer_const = w.mb.per_layer_const;
+  const bool gemma_norm = L.gemma_norm;
   out.saved = add(mul(kept.saved, tokens), mul(kept.per_pos, tokens, s));
   if (gemma_norm && m.norm == NormKind::RMSNorm) out.saved = add(out.saved, mul(kept.norms, 4, h));  // (1 + weight) fp32
   out.saved = add(out.saved, per_layer_const);
@@ -1223,10 +1221,23 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.mlp_norm = mul(mlp_norm, tokens);
   out.first_qk_unkept = mul(first_qk_unkept, tokens);
   if (r.attention == AttentionImpl::Eager && fam.loop_keeps_attention_probs) out.returned_probs = mul(p, a, tokens, s);
-  const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
+}
+
+/// The worst moments of the layer's forward and of its recomputation under checkpointing.
+void forward_moments(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const FamilyActivations& fam = L.fam;
+  const Kept& kept = w.kept;
+  const MathLocals& math = w.ak.math;
+  const u64 p = L.p, h = L.h, qw = L.qw, kw = L.kw, s = L.s, tokens = L.tokens, moe_slots = L.moe_slots,
+            xp = L.xp, fwd_s = w.ak.fwd_s, fwd_only_s = w.ak.fwd_only_s, mlp_pre_attn = w.mb.pre_attn,
+            mlp_fwd_point = w.mb.fwd_point, mlp_recompute_point = w.mb.recompute_point,
+            mlp_saved = w.mb.saved, width_i = L.mlp_width, wp = L.mlp_elem;
+  const bool recompute_stops_in_mlp = w.mb.recompute_stops;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
-  const u64 wp = g.moe ? xp : p;  // bytes per element of the MLP intermediates
   out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(wp, width_i), mul(2, d.residual, h))));
   {
     // eager's score tensors exist at the attention moment, before the MLP has saved anything;
@@ -1276,9 +1287,58 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
     }
   }
-  // Backward transient: gradients flowing through the residual stream (in and out) plus the
-  // larger of the MLP intermediate gradients (while all of the layer's tensors are still saved)
-  // and the attention gradients (by then the MLP's saved tensors have been released).
+}
+
+// Autocast without checkpointing keeps every Linear's half weight copy from the forward (states.cpp
+// casts); the down projection's (dense MLPs) is the one its node releases in the MLP's backward.
+bool amp_weight_casts_kept(const Layer& L) {
+  return L.d.amp && !L.r.gradient_checkpointing && L.r.task != Task::Qlora && !L.g.frozen;
+}
+
+/// The MoE block's backward moments; returns the worst of them and `mlp_bwd` (bytes).
+u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const Dtypes& d = L.d;
+  const u64 h = L.h, tokens = L.tokens, moe_slots = L.moe_slots, xp = L.xp, merged_grad = w.mb.merged_grad,
+            shared_expert_bwd = w.mb.shared_expert_bwd;
+  const bool full = L.full;
+  // MoE backward, measured (peakdump, deepseek_v3/lora/fp32/gc/sdpa): with every saved tensor
+  // of the block still alive, the incoming gradient [T, h] and three [T*k, h] gradients are
+  // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
+  // weighting mul's gradient of the down output (allocated by the autograd engine, no
+  // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
+  out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
+  out.shared_expert_backward = shared_expert_bwd;
+  mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
+  mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
+  // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient
+  // [S, h] and then the weight gradient of the whole stack [E, h, 2i] next to d(gate_up) [S, 2i];
+  // by then the block's nodes after it have released gate_up's output, the activation's, act * up
+  // and the down output. Measured, peak dump of tuning case
+  // mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd at the recomputed layer 0's _grouped_mm:
+  // the bf16 [4, 3584, 512] weight gradient, cat [512, 3584], _grouped_mm [512, 512] and the
+  // gathered input beside down_proj's [4, 512, 1792] gradient (estimate.cpp adds the latter).
+  if (full && !g.experts_on_every_token) {
+    u64 stack = 0;
+    for (const Linear& l : g.linears)
+      if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
+    const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
+    const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
+    const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
+    out.moe_weight_grad_moment = sub_floor(made, released);
+  }
+  return mlp_bwd;
+}
+
+/// The MLP block's backward moments (dense and MoE): mlp_backward_transient and mlp_backward_at_down.
+void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Dtypes& d = L.d;
+  const SlotKeep& down_in = w.mb.down_in;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, act_saves = L.act_saves, width_i = L.mlp_width,
+            wp = L.mlp_elem;
+  const bool full = L.full, relu = L.relu, amp_casts_kept = amp_weight_casts_kept(L);
   // MLP backward (dense layers), measured op by op on CPU (validate/NOTES.md): the incoming
   // residual gradient g [T, h] is alive throughout. down_proj's node computes the gradient of its
   // input dm [T, i] and then releases what it saved (its input, LoRA's rank-r intermediate and
@@ -1287,37 +1347,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // then produces d(act) and d(up) next to dm (3 x [T, i]) before releasing act and up.
   u64 mlp_bwd = mul(tokens, mul(3, wp, width_i));
   u64 mlp_at_down = 0;  // dense MLPs: the down projection's node (MoE: its whole worst moment)
-  if (g.moe) {
-    // MoE backward, measured (peakdump, deepseek_v3/lora/fp32/gc/sdpa): with every saved tensor
-    // of the block still alive, the incoming gradient [T, h] and three [T*k, h] gradients are
-    // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
-    // weighting mul's gradient of the down output (allocated by the autograd engine, no
-    // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-    out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
-    out.shared_expert_backward = shared_expert_bwd;
-    mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
-    mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
-    // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient
-    // [S, h] and then the weight gradient of the whole stack [E, h, 2i] next to d(gate_up) [S, 2i];
-    // by then the block's nodes after it have released gate_up's output, the activation's, act * up
-    // and the down output. Measured, peak dump of tuning case
-    // mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd at the recomputed layer 0's _grouped_mm:
-    // the bf16 [4, 3584, 512] weight gradient, cat [512, 3584], _grouped_mm [512, 512] and the
-    // gathered input beside down_proj's [4, 512, 1792] gradient (estimate.cpp adds the latter).
-    if (full && !g.experts_on_every_token) {
-      u64 stack = 0;
-      for (const Linear& l : g.linears)
-        if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
-      const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
-      const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
-      const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
-      out.moe_weight_grad_moment = sub_floor(made, released);
-    }
-  }
-  // Autocast without checkpointing keeps every Linear's half weight copy from the forward (states.cpp
-  // casts); the down projection's (dense MLPs) is the one its node releases in the MLP's backward.
-  const bool amp_casts_kept = d.amp && !r.gradient_checkpointing && r.task != Task::Qlora && !g.frozen;
-  u64 down_cast = 0;
+  if (g.moe) mlp_bwd = moe_backward(L, w, mlp_bwd, out);
+  u64 down_cast = 0;  // the down projection's half weight copy (see amp_weight_casts_kept)
   for (const Linear& lin : g.linears)
     if (amp_casts_kept && lin.input == LinearInput::MlpHidden && !lin.routed) down_cast = add(down_cast, mul(2, lin.weight_params()));
   if (!g.moe) {
@@ -1352,6 +1383,20 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       mlp_bwd = add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later));
     }
   }
+  out.mlp_backward_transient = mlp_bwd;
+  out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
+}
+
+/// The attention block's worst backward moment, and what the MLP and the block's tail have released by then.
+void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, h = L.h, ow = L.ow, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
+            bwd_s = w.ak.bwd_s, bwd_tok = w.ak.bwd_tok, attn_tail = w.attn_tail, mlp_norm = w.mb.norm,
+            per_layer_const = w.mb.per_layer_const, mlp_saved = w.mb.saved;
+  const bool unfused_attention = w.unfused, amp_casts_kept = amp_weight_casts_kept(L);
   // A parallel block's MLP Linears read the first norm's output: what they keep of it (LoRA's own
   // casts and rank-r outputs, autocast's half casts, the output itself when only they read it)
   // goes when their nodes run, before the attention's backward (measured, peak dump of tuning
@@ -1359,7 +1404,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // the fp32 casts and lora_A outputs of q, k and v, none of fc1's)
   u64 mlp_readers = 0;
   if (m.parallel_block) {
-    const SlotKeep mlp_side = slot({LinearInput::MlpIn}, h, norm_out), attn_side = slot({LinearInput::AttnIn}, h, norm_out);
+    const SlotKeep mlp_side = slot_keep(L, {LinearInput::MlpIn}, h, norm_out), attn_side = slot_keep(L, {LinearInput::AttnIn}, h, norm_out);
     mlp_readers = add(mlp_side.extra, mlp_side.shared && !attn_side.shared ? mul(norm_out, h) : 0);
   }
   // By the attention's backward the MoE block has released its per-layer tensors too: PEFT's
@@ -1398,45 +1443,64 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         out.attention_released = add(out.attention_released, mul(2, lin.weight_params()));
   }
   out.attention_backward_unfused = unfused_attention;
-  out.mlp_backward_transient = mlp_bwd;
-  out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
-  out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
-  if (d.amp) {
-    // the half gradient of the largest trained Linear before its cast to the fp32 .grad
-    u64 biggest = 0;
-    for (size_t i = 0; i < g.linears.size(); ++i)
-      if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
-    out.backward_transient = add(out.backward_transient, mul(2, biggest));
-    out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
-    if (!amp_casts_kept || g.moe) out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
-    if (!amp_casts_kept || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
-    out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
+}
+
+/// Autocast: the half gradient of the largest trained Linear, alive before its cast to the fp32 .grad.
+void autocast_half_gradient(const Layer& L, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const TrainableLinears& t = L.t;
+  const bool full = L.full, amp_casts_kept = amp_weight_casts_kept(L);
+  // the half gradient of the largest trained Linear before its cast to the fp32 .grad
+  u64 biggest = 0;
+  for (size_t i = 0; i < g.linears.size(); ++i)
+    if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
+  out.backward_transient = add(out.backward_transient, mul(2, biggest));
+  out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
+  if (!amp_casts_kept || g.moe) out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
+  if (!amp_casts_kept || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
+  out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
+}
+
+/// QLoRA: the dequantized weight of the largest quantized Linear.
+void qlora_dequantized_weight(const Layer& L, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const bool bnb4 = L.bnb4;
+  // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
+  // backward (bitsandbytes MatMul4Bit: dequantize_4bit to the compute dtype; GPTQ/AWQ
+  // kernels' fallbacks alike): one dense copy of the largest such weight is live then.
+  // Forward runs inside the gemm_4bit custom op (CUDA: dequantize + F.linear past the fused
+  // kernel's small-M range, i.e. in training; CPU: the same inside the op, scratch the CPU
+  // validator's live-tensor view does not see). Backward calls dequantize_4bit outside the op
+  // (bitsandbytes autograd/_functions.py MatMul4Bit.backward): measured on CPU, the checkpointed
+  // runs' peak holds one dequantized [i, h] weight (peak dump llama/qlora-nf4/bf16/gc/sdpa), a
+  // moment the layer's backward_transient below already spans: adding it there again overshoots
+  // every gc QLoRA case of the suite by 2.5-3 % (data/measurements/cpu-suite-frameworks.jsonl).
+  u64 biggest = 0;
+  for (const Linear& l : g.linears)
+    if (!l.routed) biggest = std::max(biggest, l.weight_params());
+  const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
+  // Lightning's 4-bit layers were quantized from fp16: dequantize_4bit's fp16 copy and its cast
+  // to the compute dtype are alive together (frameworks.hpp bnb_quantized_from_fp16)
+  const bool fp16_source = bnb4 && r.precision != Precision::Fp16 &&
+                           framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantized_from_fp16;
+  const u64 deq = mul(add(load, fp16_source ? 2 : 0), biggest);
+  if (r.device == Device::Cuda) {
+    out.forward_transient = add(out.forward_transient, deq);
+    out.recompute_transient = add(out.recompute_transient, deq);
   }
-  if (r.task == Task::Qlora && r.quantization != Quantization::None) {
-    // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
-    // backward (bitsandbytes MatMul4Bit: dequantize_4bit to the compute dtype; GPTQ/AWQ
-    // kernels' fallbacks alike): one dense copy of the largest such weight is live then.
-    // Forward runs inside the gemm_4bit custom op (CUDA: dequantize + F.linear past the fused
-    // kernel's small-M range, i.e. in training; CPU: the same inside the op, scratch the CPU
-    // validator's live-tensor view does not see). Backward calls dequantize_4bit outside the op
-    // (bitsandbytes autograd/_functions.py MatMul4Bit.backward): measured on CPU, the checkpointed
-    // runs' peak holds one dequantized [i, h] weight (peak dump llama/qlora-nf4/bf16/gc/sdpa), a
-    // moment the layer's backward_transient below already spans: adding it there again overshoots
-    // every gc QLoRA case of the suite by 2.5-3 % (data/measurements/cpu-suite-frameworks.jsonl).
-    u64 biggest = 0;
-    for (const Linear& l : g.linears)
-      if (!l.routed) biggest = std::max(biggest, l.weight_params());
-    const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
-    // Lightning's 4-bit layers were quantized from fp16: dequantize_4bit's fp16 copy and its cast
-    // to the compute dtype are alive together (frameworks.hpp bnb_quantized_from_fp16)
-    const bool fp16_source = bnb4 && r.precision != Precision::Fp16 &&
-                             framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantized_from_fp16;
-    const u64 deq = mul(add(load, fp16_source ? 2 : 0), biggest);
-    if (r.device == Device::Cuda) {
-      out.forward_transient = add(out.forward_transient, deq);
-      out.recompute_transient = add(out.recompute_transient, deq);
-    }
-  }
+}
+
+/// Full activation checkpointing: what is kept per layer, held while it recomputes, and re-created.
+void checkpointing(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const TrainableLinears& t = L.t;
+  const Dtypes& d = L.d;
+  const Kept& kept = w.kept;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, adapter_bytes = L.adapter_bytes, moe_slots = L.moe_slots,
+            xp = L.xp;
+  const bool full = L.full;
   out.checkpoint_saved = mul(tokens, d.residual, h);
   // Non-reentrant checkpointing recomputes the layer when its backward first unpacks a saved
   // tensor. With a LoRA adapter on the MLP's output Linear that is lora_B's mm: the nodes before
@@ -1465,6 +1529,18 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // slot); the recomputation's own contexts die with its graph, so what only they hold is not re-created
   out.checkpoint_ctx_held = mul(tokens, kept.ctx_held);
   out.recomputed = sub_floor(out.recomputed, mul(tokens, kept.ctx_only));
+}
+
+/// A no-grad forward of the layer (prefill, frozen bottom layers).
+void no_grad_forward(const Layer& L, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const FamilyActivations& fam = L.fam;
+  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, ow = L.ow, s = L.s, tokens = L.tokens,
+            moe_slots = L.moe_slots, act_saves = L.act_saves;
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
   // No-grad forward (prefill), measured op by op (tracker, llama/gpt2/mixtral inference cases):
   // at the MLP of a layer past the first, [T, h] tensors alive are the model's inputs_embeds
   // (still referenced by the model's forward), the layer input, the post-attention residual and
@@ -1504,6 +1580,27 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   out.inference_transient = add(mul(hidden_live, tokens),
                                 std::max(mul(mlp_live, tokens), attn_moment));
+}
+
+}  // namespace
+
+LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
+                                   const TrainableLinears& t, u64 tokens, u64 seq) {
+  const Layer L = layer_of(m, g, r, t, tokens, seq);
+  const LayerWalk w = walk_layer(L);
+  LayerActivations out;
+  saved_totals(L, w, out);
+  forward_moments(L, w, out);
+  mlp_backward(L, w, out);
+  attention_backward(L, w, out);
+  // Backward transient: gradients flowing through the residual stream (in and out) plus the
+  // larger of the MLP intermediate gradients (while all of the layer's tensors are still saved)
+  // and the attention gradients (by then the MLP's saved tensors have been released).
+  out.backward_transient = std::max(out.mlp_backward_transient, out.attention_backward_transient);
+  if (L.d.amp) autocast_half_gradient(L, out);
+  if (r.task == Task::Qlora && r.quantization != Quantization::None) qlora_dequantized_weight(L, out);
+  checkpointing(L, w, out);
+  no_grad_forward(L, out);
   return out;
 }
 
