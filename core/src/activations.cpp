@@ -630,21 +630,19 @@ MathLocals sdpa_math_locals(const Layer& L, bool attn_in_shared) {
   return math;
 }
 
-/// Eager attention (eager_attention_forward and the families' own `_attn`): what the score path keeps.
-AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
+/// Eager attention: the q, k and v its matmuls keep.
+void eager_qkv_kept(const Layer& L, const Qkv& qkv, Kept& kept, AttentionKernel& ak) {
   const ModelSpec& m = L.m;
   const LayerGroup& g = L.g;
   const Request& r = L.r;
   const TrainableLinears& t = L.t;
   const Dtypes& d = L.d;
-  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, tokens = L.tokens, seq = L.s;
+  const u64 p = L.p, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, tokens = L.tokens, seq = L.s;
   const bool gqa = L.gqa, mla = L.mla, full = L.full;
   const FamilyActivations& fam = L.fam;
-  const bool fp32_softmax = eager_softmax_in_fp32(L);
   std::vector<size_t> attn_linears;  // the Linears reading the attention input: q, k, v in that order when separate
   for (size_t i = 0; i < g.linears.size(); ++i)
     if (g.linears[i].input == LinearInput::AttnIn && !g.linears[i].routed) attn_linears.push_back(i);
-  AttentionKernel ak;
   // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
   // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
   // With one K/V head, repeat_kv's reshape merges a size-1 dim with the stride-0 expanded one
@@ -696,6 +694,17 @@ AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
   kept.keep(vv);
   // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
   // falcon-tiny, GQA with a fused query_key_value)
+}
+
+/// Eager attention: the probabilities kept per attended position (softmax output, its copies,
+/// dropout); returns their bytes per token per position and head.
+u64 eager_probabilities(const Layer& L, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, a = L.a;
+  const FamilyActivations& fam = L.fam;
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
   u64 probs = fp32_softmax ? (p == 4 ? 4 : 6) : p;
   // Attention sinks: the logits get one more column (cat with the sinks) and are shifted by
   // their row max, which keeps its int64 indices: the softmax output is [b, nh, s, s + 1]
@@ -722,7 +731,17 @@ AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
     if (m.attention_dropout > 0)
       probs = add(probs, dropout_mask(m.attention_dropout, r, fam.probs_to_value_dtype ? p : 4));
   }
-  kept.per_pos = add(kept.per_pos, mul(a, probs));
+  return probs;
+}
+
+/// Eager attention: the score tensors alive at its worst forward and backward moments.
+void eager_score_moments(const Layer& L, u64 probs, AttentionKernel& ak) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, a = L.a;
+  const FamilyActivations& fam = L.fam;
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
   ak.fwd_s = mul(2, p, a);
   // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
   // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
@@ -757,6 +776,15 @@ AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
       worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
     ak.bwd_s = mul(a, sub_floor(worst, probs));
   }
+}
+
+/// Eager attention (eager_attention_forward and the families' own `_attn`): what the score path keeps.
+AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
+  AttentionKernel ak;
+  eager_qkv_kept(L, qkv, kept, ak);
+  const u64 probs = eager_probabilities(L, kept);
+  kept.per_pos = add(kept.per_pos, mul(L.a, probs));
+  eager_score_moments(L, probs, ak);
   return ak;
 }
 
