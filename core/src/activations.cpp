@@ -221,7 +221,7 @@ u64 mlp_norm_backward(const ModelSpec& m, const Request& r, u64 mlp_saved, u64 m
   if (m.parallel_block || m.norm != NormKind::RMSNorm || r.runtime.compile || impl.norm_normalised_fp32) return 0;
   const Dtypes d = dtypes_for(r);
   const u64 h = m.hidden;
-  // the normalised half copy a trained weight's mul keeps (norm() in layer_activations)
+  // the normalised half copy a trained weight's mul keeps (norm_keeps)
   const bool gemma_norm = family_activations(m).norm_fp32_one_plus_weight;
   const u64 x_hat = r.task == Task::Full ? mul((d.residual == 2 && !gemma_norm) ? 2 : 4, h) : 0;
   const u64 live = mul(tokens, add(mul(d.residual, h), mul(5, 4, h)));
@@ -663,7 +663,7 @@ void eager_qkv_kept(const Layer& L, const Qkv& qkv, Kept& kept, AttentionKernel&
   // keeps the whole fused output alive (measured, peak dump of tuning case
   // codegen/h128-L3-V4096/lora-r8-attn/fp32/nogc/eager/b1s512/adafactor: each layer's
   // [1, 512, 384] fp32 qkv output alive at the loss backward, no v copy). The PV node
-  // releases it before softmax's backward (counted in the block's tail below). Not in a
+  // releases it before softmax's backward (counted in the block's tail, attention_tail). Not in a
   // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
   // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
   // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
@@ -1190,7 +1190,7 @@ MlpBlock mlp_block(const Layer& L, u64 first_norm_local, Kept& kept) {
   // down_proj's input: in an MoE layer only the shared expert's down_proj reads it as a Linear
   // (the routed experts' are counted with the MoE block), so its width is the shared expert's.
   mb.down_in = slot_keep(L, {LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
-  // Under autocast slot() counts a half cast of each trained Linear's input, but fc2's input is
+  // Under autocast slot_keep counts a half cast of each trained Linear's input, but fc2's input is
   // relu's output, already half (fc1 ran in half) and kept by relu: autocast casts nothing and fc2
   // keeps that same tensor, as without autocast (measured, peak dump of tuning case
   // opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw: one bf16 relu [768, 256] per layer
@@ -1251,69 +1251,75 @@ void saved_totals(const Layer& L, const LayerWalk& w, LayerActivations& out) {
   if (r.attention == AttentionImpl::Eager && fam.loop_keeps_attention_probs) out.returned_probs = mul(p, a, tokens, s);
 }
 
+/// The attention's forward moment (bytes, beyond the layer's saved total): its score tensors that
+/// the layer does not keep and the tensors around them, less what the MLP block saves after it
+/// (`mlp_after_attn` per token), which does not exist yet.
+u64 attention_forward_point(const Layer& L, const LayerWalk& w, u64 mlp_after_attn) {
+  const Request& r = L.r;
+  const FamilyActivations& fam = L.fam;
+  const Dtypes& d = L.d;
+  const Kept& kept = w.kept;
+  const MathLocals& math = w.ak.math;
+  const u64 p = L.p, h = L.h, qw = L.qw, kw = L.kw, s = L.s, tokens = L.tokens, fwd_s = w.ak.fwd_s;
+  // eager's score tensors exist at the attention moment, before the MLP has saved anything;
+  // the MLP moments come after they are freed
+  // (fwd_s counts every score tensor alive at the worst moment of the attention forward; the
+  // ones the layer keeps are already in its saved total, so only the excess is transient:
+  // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
+  // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
+  // holds more [s, s] tensors than the layer keeps)
+  // (CPU SDPA's math path: its own locals, see sdpa_math_locals, instead of the layer output's two [T, h])
+  // FalconAttention.forward and BloomAttention.forward keep query_key_value's output
+  // (`fused_qkv`) as a local until they return (tensor log of tuning case
+  // falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw: layer 1's mm [512, 240]
+  // alive at its _softmax, freed after the PV matmul; peak dump of
+  // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd: addmm (512, 384) at layer 1's attention)
+  const bool fused_qkv_kept = fam.fused_qkv_local;
+  const u64 fused_qkv_local = fused_qkv_kept && r.attention == AttentionImpl::Eager ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
+  const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
+                                    : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
+  return sub_floor(add(mul(sub_floor(fwd_s, kept.per_pos), tokens, s), around_scores), mul(tokens, mlp_after_attn));
+}
+
 /// The worst moments of the layer's forward and of its recomputation under checkpointing.
 void forward_moments(const Layer& L, const LayerWalk& w, LayerActivations& out) {
   const LayerGroup& g = L.g;
-  const Request& r = L.r;
   const Dtypes& d = L.d;
-  const FamilyActivations& fam = L.fam;
   const Kept& kept = w.kept;
-  const MathLocals& math = w.ak.math;
-  const u64 p = L.p, h = L.h, qw = L.qw, kw = L.kw, s = L.s, tokens = L.tokens, moe_slots = L.moe_slots,
-            xp = L.xp, fwd_s = w.ak.fwd_s, fwd_only_s = w.ak.fwd_only_s, mlp_pre_attn = w.mb.pre_attn,
-            mlp_fwd_point = w.mb.fwd_point, mlp_recompute_point = w.mb.recompute_point,
-            mlp_saved = w.mb.saved, width_i = L.mlp_width, wp = L.mlp_elem;
+  const u64 p = L.p, h = L.h, s = L.s, tokens = L.tokens, moe_slots = L.moe_slots, xp = L.xp,
+            fwd_s = w.ak.fwd_s, fwd_only_s = w.ak.fwd_only_s, mlp_fwd_point = w.mb.fwd_point,
+            mlp_recompute_point = w.mb.recompute_point, width_i = L.mlp_width, wp = L.mlp_elem;
   const bool recompute_stops_in_mlp = w.mb.recompute_stops;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
   out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(wp, width_i), mul(2, d.residual, h))));
-  {
-    // eager's score tensors exist at the attention moment, before the MLP has saved anything;
-    // the MLP moments come after they are freed
-    // (fwd_s counts every score tensor alive at the worst moment of the attention forward; the
-    // ones the layer keeps are already in its saved total, so only the excess is transient:
-    // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
-    // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
-    // holds more [s, s] tensors than the layer keeps)
-    // (CPU SDPA's math path: its own locals, listed above, instead of the layer output's two [T, h])
-    // FalconAttention.forward and BloomAttention.forward keep query_key_value's output
-    // (`fused_qkv`) as a local until they return (tensor log of tuning case
-    // falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw: layer 1's mm [512, 240]
-    // alive at its _softmax, freed after the PV matmul; peak dump of
-    // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd: addmm (512, 384) at layer 1's attention)
-    const bool fused_qkv_kept = fam.fused_qkv_local;
-    const u64 fused_qkv_local = fused_qkv_kept && r.attention == AttentionImpl::Eager ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
-    const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
-                                      : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
-    const u64 mlp_after_attn = sub_floor(mlp_saved, mlp_pre_attn);
-    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, kept.per_pos), tokens, s), around_scores),
-                                     mul(tokens, mlp_after_attn));
-    if (!g.moe) {
-      // dense: the MLP moments, the layer output next to its input
-      const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, kept.per_pos), tokens, s), mul(tokens, 2, d.residual, h)),
-                                                                 mul(tokens, mlp_after_attn))
-                                                       : attn_point;
-      out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, kept.saved), mul(d.residual, h))));
-      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, kept.saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
-    } else {
-      // MoE: an expert intermediate per routed slot and the layer output next to its input.
-      // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
-      // and down_proj_bias[expert_ids] [S, h], into locals of grouped_mm_experts_forward
-      // (transformers integrations/moe.py) that live until it returns (measured, peak dump of
-      // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
-      u64 gathered_bias = 0;
-      for (const Linear& l : g.linears)
-        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, xp, l.out));
-      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(wp, width_i), gathered_bias), mul(2, d.residual, h))));
-      out.recompute_transient = out.forward_transient;
-      // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
-      // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
-      // which is where the recomputation stops (its down_proj's last saving op); by then the
-      // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
-      // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
-      if (g.experts_on_every_token)
-        out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
-    }
+  const u64 mlp_after_attn = sub_floor(w.mb.saved, w.mb.pre_attn);
+  const u64 attn_point = attention_forward_point(L, w, mlp_after_attn);
+  if (!g.moe) {
+    // dense: the MLP moments, the layer output next to its input
+    const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, kept.per_pos), tokens, s), mul(tokens, 2, d.residual, h)),
+                                                               mul(tokens, mlp_after_attn))
+                                                     : attn_point;
+    out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, kept.saved), mul(d.residual, h))));
+    out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, kept.saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
+  } else {
+    // MoE: an expert intermediate per routed slot and the layer output next to its input.
+    // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
+    // and down_proj_bias[expert_ids] [S, h], into locals of grouped_mm_experts_forward
+    // (transformers integrations/moe.py) that live until it returns (measured, peak dump of
+    // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
+    u64 gathered_bias = 0;
+    for (const Linear& l : g.linears)
+      if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, xp, l.out));
+    out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(wp, width_i), gathered_bias), mul(2, d.residual, h))));
+    out.recompute_transient = out.forward_transient;
+    // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
+    // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
+    // which is where the recomputation stops (its down_proj's last saving op); by then the
+    // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
+    // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
+    if (g.experts_on_every_token)
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
   }
 }
 
@@ -1502,7 +1508,7 @@ void qlora_dequantized_weight(const Layer& L, LayerActivations& out) {
   // validator's live-tensor view does not see). Backward calls dequantize_4bit outside the op
   // (bitsandbytes autograd/_functions.py MatMul4Bit.backward): measured on CPU, the checkpointed
   // runs' peak holds one dequantized [i, h] weight (peak dump llama/qlora-nf4/bf16/gc/sdpa), a
-  // moment the layer's backward_transient below already spans: adding it there again overshoots
+  // moment the layer's backward_transient already spans: adding it there again overshoots
   // every gc QLoRA case of the suite by 2.5-3 % (data/measurements/cpu-suite-frameworks.jsonl).
   u64 biggest = 0;
   for (const Linear& l : g.linears)
