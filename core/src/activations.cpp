@@ -1618,6 +1618,9 @@ void no_grad_forward(const Layer& L, LayerActivations& out) {
 
 }  // namespace
 
+// One layer: walk_layer counts what each block keeps in op order (attention_input, projections,
+// attention_kernel, attention_tail, mlp_block); the saved totals and the forward, backward,
+// checkpointing and no-grad moments are then read off the walk.
 LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
                                    const TrainableLinears& t, u64 tokens, u64 seq) {
   const Layer L = layer_of(m, g, r, t, tokens, seq);
