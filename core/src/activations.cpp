@@ -221,7 +221,7 @@ u64 mlp_norm_backward(const ModelSpec& m, const Request& r, u64 mlp_saved, u64 m
   if (m.parallel_block || m.norm != NormKind::RMSNorm || r.runtime.compile || impl.norm_normalised_fp32) return 0;
   const Dtypes d = dtypes_for(r);
   const u64 h = m.hidden;
-  // the normalised half copy a trained weight's mul keeps (norm() in layer_activations)
+  // the normalised half copy a trained weight's mul keeps (norm_keeps)
   const bool gemma_norm = family_activations(m).norm_fp32_one_plus_weight;
   const u64 x_hat = r.task == Task::Full ? mul((d.residual == 2 && !gemma_norm) ? 2 : 4, h) : 0;
   const u64 live = mul(tokens, add(mul(d.residual, h), mul(5, 4, h)));
@@ -229,34 +229,66 @@ u64 mlp_norm_backward(const ModelSpec& m, const Request& r, u64 mlp_saved, u64 m
   return sub_floor(live, released);
 }
 
-}  // namespace
+/// One decoder layer as the walk sees it: the model, its layer group, the request and which
+/// Linears train, with the element sizes and widths every block of the walk reads.
+struct Layer {
+  const ModelSpec& m;
+  const LayerGroup& g;
+  const Request& r;
+  const TrainableLinears& t;
+  const FamilyActivations& fam;
+  ModuleImpl impl;
+  Dtypes d;
+  u64 tokens = 0;    ///< micro-batch x sequence (per rank)
+  u64 s = 0;         ///< attended positions per query (eager's s x s terms)
+  u64 p = 0;         ///< bytes of the compute dtype (Linear outputs, attention)
+  u64 h = 0;         ///< hidden width
+  u64 a = 0;         ///< query heads
+  u64 qw = 0, kw = 0, vw = 0;  ///< q, k and v projection widths
+  u64 ow = 0;        ///< attention output width
+  bool gqa = false;  ///< fewer K/V heads than query heads
+  bool mla = false;  ///< multi-latent attention (DeepSeek-V3)
+  bool full = false; ///< full fine-tuning (every Linear trains)
+  u64 adapter_bytes = 0;       ///< LoRA adapters' dtype bytes (0: no adapters)
+  bool cpu_sdpa_math = false;  ///< SDPA falls back to CPU's _scaled_dot_product_attention_math
+  u64 moe_slots = 0;           ///< expert runs per token
+  u64 xp = 0;                  ///< bytes per element of the routed experts' tensors
+  u64 mlp_width = 0;           ///< MLP intermediate width per token (MoE: times the routed slots)
+  u64 mlp_elem = 0;            ///< bytes per element of the MLP intermediates
+  u64 norm_out = 0;            ///< bytes of a norm's output (the residual dtype: fp32 under autocast)
+  bool gemma_norm = false;     ///< FamilyActivations::norm_fp32_one_plus_weight
+  bool bnb4 = false, bnb8 = false;  ///< QLoRA over bitsandbytes 4-bit / LLM.int8 Linears
+  bool ctx_keeps_input = false;     ///< their autograd contexts hold the Linear's input (see layer_of)
+  u64 ctx_elem = 0;                 ///< bytes of the input the 4-bit context holds (the load dtype)
+  u64 ctx_transposed = 0;           ///< int8 transposed copy the context holds, per input element
+  u64 act_saves = 0;                ///< activation_saves(m.activation)
+  bool relu = false;                ///< relu keeps its output, not its input
+};
 
-LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
-                                   const TrainableLinears& t, u64 tokens, u64 seq) {
+Layer layer_of(const ModelSpec& m, const LayerGroup& g, const Request& r, const TrainableLinears& t, u64 tokens,
+               u64 seq) {
   const Dtypes d = dtypes_for(r);
-  const u64 p = d.compute;
-  const u64 h = m.hidden;
-  const u64 a = m.heads;
-  const u64 qw = mul(m.heads, m.head_dim);
-  const u64 kw = mul(m.kv_heads, m.head_dim);
-  const u64 vw = mul(m.kv_heads, m.v_head_dim);
-  const u64 ow = mul(m.heads, m.v_head_dim);  // attention output width
-  const bool gqa = m.kv_heads < m.heads;
-  const bool mla = m.attention == AttentionKind::MultiLatent;
-  const bool full = r.task == Task::Full;
+  Layer L{.m = m, .g = g, .r = r, .t = t, .fam = family_activations(m), .impl = module_impl(r), .d = d};
+  L.tokens = tokens;
+  L.p = d.compute;
+  L.h = m.hidden;
+  L.a = m.heads;
+  L.qw = mul(m.heads, m.head_dim);
+  L.kw = mul(m.kv_heads, m.head_dim);
+  L.vw = mul(m.kv_heads, m.v_head_dim);
+  L.ow = mul(m.heads, m.v_head_dim);  // attention output width
+  L.gqa = m.kv_heads < m.heads;
+  L.mla = m.attention == AttentionKind::MultiLatent;
+  L.full = r.task == Task::Full;
   // Eager attention materialises s x s scores even for sliding-window layers (the window is a mask).
-  const u64 s = seq;
-  const u64 adapter_bytes = t.lora_rank == 0 ? 0 : (r.lora.adapter_bytes ? r.lora.adapter_bytes : 4);
-  const FamilyActivations& fam = family_activations(m);
-  const bool fp32_router = fam.fp32_router;
+  L.s = seq;
+  L.adapter_bytes = t.lora_rank == 0 ? 0 : (r.lora.adapter_bytes ? r.lora.adapter_bytes : 4);
   // CPU SDPA: the flash kernel needs one head dim for q, k and v (sdp_utils_cpp.cpp
   // check_head_dim_size_cpp) and refuses dropout_p > 0: MLA (qk_head_dim != v_head_dim) and
   // attention dropout fall back to _scaled_dot_product_attention_math.
-  const bool cpu_sdpa_math = r.attention == AttentionImpl::Sdpa && r.device == Device::Cpu &&
-                             (m.attention_dropout > 0 || (mla && m.head_dim != m.v_head_dim));
-
-  u64 saved = 0;    // bytes per token
-  const u64 moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
+  L.cpu_sdpa_math = r.attention == AttentionImpl::Sdpa && r.device == Device::Cpu &&
+                    (m.attention_dropout > 0 || (L.mla && m.head_dim != m.v_head_dim));
+  L.moe_slots = g.experts_on_every_token ? g.experts : g.experts_per_token;  // expert runs per token
   // Fused experts run torch._grouped_mm, which is not on CPU autocast's op list: under autocast
   // their tensors stay in the (fp32) dtype of the hidden states they gather (measured, torch 2.15:
   // _grouped_mm of fp32 operands under autocast("cpu", bfloat16) returns fp32; peak dump of tuning
@@ -264,30 +296,9 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // [1536, 384], silu and mul [1536, 192] in the recomputed layer). CUDA's list is not verified
   // here: there the experts are taken to run in half, as before.
   const bool fp32_experts = d.amp && g.moe && !g.experts_on_every_token && r.device == Device::Cpu;
-  const u64 xp = fp32_experts ? d.residual : p;  // bytes per element of the routed experts' tensors
-  u64 ctx_held = 0, ctx_only = 0;  // per token: what quantized Linears' contexts hold (see slot), and what only they hold
-  u64 hid = 0;      // the [T, h] part of `saved`
-  u64 saved_s = 0;  // bytes per token per attended position (s x s terms)
-  auto keep = [&](u64 bytes) { saved = add(saved, bytes); };
-  auto keep_hidden = [&](u64 bytes) {
-    saved = add(saved, bytes);
-    hid = add(hid, bytes);
-  };
-
-  // What the Linear layers reading one activation keep for their weight gradients
-  // (the input gradient needs only the weight). A trained Linear keeps the activation itself,
-  // or under autocast its own half cast of it; a LoRA adapter keeps the activation when it has
-  // the same dtype, else its own cast (PEFT casts the input to the adapter dtype), plus the rank-r
-  // output of lora_A that lora_B keeps. Returns {bytes kept by consumers besides the shared
-  // tensor, whether the shared tensor itself is kept}.
-  struct SlotKeep {
-    u64 extra = 0;
-    bool shared = false;
-    u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
-    bool ctx_held = false;  ///< a quantized Linear's context holds the shared tensor outside autograd's saving
-    bool ctx_only = false;  ///< ... and nothing else keeps it (a recomputation does not re-create it)
-    u64 ctx_extra = 0;      ///< tensors of their own the contexts hold (a cast of the input, int8 CAt)
-  };
+  L.xp = fp32_experts ? d.residual : L.p;
+  L.mlp_width = g.moe ? mul(L.moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
+  L.mlp_elem = g.moe ? L.xp : L.p;
   // bitsandbytes' quantized Linears keep tensors as attributes of their autograd context, not
   // through save_for_backward (bitsandbytes.cpp: which, per release). Kept whether or not the
   // Linear has an adapter, and checkpointing's saved-tensor hooks never see them: alive from the
@@ -297,130 +308,228 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // shared input when the dtypes agree, else a copy of its own. LLM.int8 keeps x itself, and
   // MatMul8bitLt before 0.45 on CUDA its int8 transposed copy too (fused experts are not Linears:
   // bitsandbytes leaves them alone).
-  const bool bnb4 = r.task == Task::Qlora && (r.quantization == Quantization::Nf4 ||
-                                              r.quantization == Quantization::Nf4Double || r.quantization == Quantization::Fp4);
-  const bool bnb8 = r.task == Task::Qlora && r.quantization == Quantization::Int8;
+  L.bnb4 = r.task == Task::Qlora && (r.quantization == Quantization::Nf4 ||
+                                     r.quantization == Quantization::Nf4Double || r.quantization == Quantization::Fp4);
+  L.bnb8 = r.task == Task::Qlora && r.quantization == Quantization::Int8;
   const BnbContext& bnb = bnb_context(r.runtime.bitsandbytes_version);
-  const bool ctx_keeps_input = (bnb4 && bnb.four_bit_keeps_input) || (bnb8 && bnb.int8_keeps_input);
-  const u64 ctx_elem = r.precision == Precision::Bf16 || r.precision == Precision::Fp16 ? 2 : 4;
-  const u64 ctx_transposed = bnb8 && r.device == Device::Cuda ? bnb.int8_transposed_bytes : 0;
-  const ModuleImpl impl = module_impl(r);
-  auto qkv_name = [](const std::string& n) { return n == "q_proj" || n == "k_proj" || n == "v_proj"; };
-  auto slot = [&](std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
-    SlotKeep k;
-    bool qkv_seen = false;  // fused_qkv: the one input cast / dropout and lora_A input are counted
-    u64 qkv_enabled = 0, qkv_enabled_width = 0;
-    for (size_t i = 0; i < g.linears.size(); ++i) {
-      const Linear& l = g.linears[i];
-      bool reads = false;
-      for (LinearInput in : inputs) reads = reads || l.input == in;
-      // MLA: q_b_proj reads q_a_layernorm's output (q_lora_rank wide), kv_b_proj kv_a_layernorm's
-      const u64 w = (mla && l.name == "q_b_proj") ? m.q_lora_rank : width;
-      if (reads && ctx_keeps_input && !l.routed) {
-        if (bnb8 || ctx_elem == elem) k.ctx_held = true;
-        else k.ctx_extra = add(k.ctx_extra, mul(ctx_elem, w));
-      }
-      if (reads && !l.routed) k.ctx_extra = add(k.ctx_extra, mul(ctx_transposed, w));
-      if (!reads || !t.saves_input[i]) continue;
-      if (l.routed && g.moe) continue;  // fused experts: counted with the MoE block
-      const u64 share = l.routed && g.experts > 0 ? g.experts_per_token : 1;  // routed tokens per token
-      // DeepSeek-V3's router runs F.linear(x.float(), W.float()): it keeps an fp32 copy of a half input
-      if (fp32_router && l.name == "gate" && g.moe) {
-        if (elem == 4) k.shared = true;
-        else k.extra = add(k.extra, mul(4, w));
-        continue;
-      }
-      // a parametrised weight (PEFT ParamWrapper: a Transformers 5 router) keeps the input like a
-      // trained Linear; the merged weight is counted per layer
-      if (full || (i < t.parametrized.size() && t.parametrized[i])) {
-        if (impl.fused_qkv && qkv_name(l.name)) {
-          if (qkv_seen) continue;
-          qkv_seen = true;
-        }
-        if (d.amp) k.extra = add(k.extra, mul(2, w, share));
-        else if (share == 1) k.shared = true;
-        else k.extra = add(k.extra, mul(elem, w, share));
-        continue;
-      }
-      // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
-      // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
-      // input; autocast keeps its half cast of it instead) plus dropout's mask.
-      if (impl.fused_qkv && qkv_name(l.name)) {
-        ++qkv_enabled;
-        qkv_enabled_width = add(qkv_enabled_width, l.out);
-        if (qkv_seen) {  // lora_A's rows for this projection: its part of the rank-r output
-          k.extra = add(k.extra, mul(d.amp ? 2 : adapter_bytes, t.lora_rank));
-          continue;
-        }
+  L.ctx_keeps_input = (L.bnb4 && bnb.four_bit_keeps_input) || (L.bnb8 && bnb.int8_keeps_input);
+  L.ctx_elem = r.precision == Precision::Bf16 || r.precision == Precision::Fp16 ? 2 : 4;
+  L.ctx_transposed = L.bnb8 && r.device == Device::Cuda ? bnb.int8_transposed_bytes : 0;
+  // Gemma's RMSNorm multiplies in fp32 by (1 + weight): a trained weight makes it keep the fp32
+  // x_hat, and the mul keeps the fp32 (1 + weight) [h] (a per-layer constant, counted at the end).
+  L.gemma_norm = L.fam.norm_fp32_one_plus_weight;
+  // The output of a norm is in the residual dtype (fp32 under autocast).
+  L.norm_out = d.residual;
+  L.act_saves = activation_saves(m.activation);
+  L.relu = m.activation == "relu";
+  return L;
+}
+
+// What the Linear layers reading one activation keep for their weight gradients
+// (the input gradient needs only the weight). A trained Linear keeps the activation itself,
+// or under autocast its own half cast of it; a LoRA adapter keeps the activation when it has
+// the same dtype, else its own cast (PEFT casts the input to the adapter dtype), plus the rank-r
+// output of lora_A that lora_B keeps. slot_keep returns {bytes kept by consumers besides the shared
+// tensor, whether the shared tensor itself is kept}.
+struct SlotKeep {
+  u64 extra = 0;
+  bool shared = false;
+  u64 masks = 0;  ///< the LoRA dropout masks in `extra` (kept only when the input needs a gradient)
+  bool ctx_held = false;  ///< a quantized Linear's context holds the shared tensor outside autograd's saving
+  bool ctx_only = false;  ///< ... and nothing else keeps it (a recomputation does not re-create it)
+  u64 ctx_extra = 0;      ///< tensors of their own the contexts hold (a cast of the input, int8 CAt)
+};
+
+bool is_qkv_name(const std::string& n) { return n == "q_proj" || n == "k_proj" || n == "v_proj"; }
+
+SlotKeep slot_keep(const Layer& L, std::initializer_list<LinearInput> inputs, u64 width, u64 elem) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const TrainableLinears& t = L.t;
+  const Dtypes& d = L.d;
+  const u64 adapter_bytes = L.adapter_bytes;
+  SlotKeep k;
+  bool qkv_seen = false;  // fused_qkv: the one input cast / dropout and lora_A input are counted
+  u64 qkv_enabled = 0, qkv_enabled_width = 0;
+  for (size_t i = 0; i < g.linears.size(); ++i) {
+    const Linear& l = g.linears[i];
+    bool reads = false;
+    for (LinearInput in : inputs) reads = reads || l.input == in;
+    // MLA: q_b_proj reads q_a_layernorm's output (q_lora_rank wide), kv_b_proj kv_a_layernorm's
+    const u64 w = (L.mla && l.name == "q_b_proj") ? m.q_lora_rank : width;
+    if (reads && L.ctx_keeps_input && !l.routed) {
+      if (L.bnb8 || L.ctx_elem == elem) k.ctx_held = true;
+      else k.ctx_extra = add(k.ctx_extra, mul(L.ctx_elem, w));
+    }
+    if (reads && !l.routed) k.ctx_extra = add(k.ctx_extra, mul(L.ctx_transposed, w));
+    if (!reads || !t.saves_input[i]) continue;
+    if (l.routed && g.moe) continue;  // fused experts: counted with the MoE block
+    const u64 share = l.routed && g.experts > 0 ? g.experts_per_token : 1;  // routed tokens per token
+    // DeepSeek-V3's router runs F.linear(x.float(), W.float()): it keeps an fp32 copy of a half input
+    if (L.fam.fp32_router && l.name == "gate" && g.moe) {
+      if (elem == 4) k.shared = true;
+      else k.extra = add(k.extra, mul(4, w));
+      continue;
+    }
+    // a parametrised weight (PEFT ParamWrapper: a Transformers 5 router) keeps the input like a
+    // trained Linear; the merged weight is counted per layer
+    if (L.full || (i < t.parametrized.size() && t.parametrized[i])) {
+      if (L.impl.fused_qkv && is_qkv_name(l.name)) {
+        if (qkv_seen) continue;
         qkv_seen = true;
       }
-      const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
-      k.masks = add(k.masks, mul(mask, w, share));
-      if (d.amp) k.extra = add(k.extra, mul(add(mul(2, add(w, t.lora_rank)), mul(mask, w)), share));
-      else if (adapter_bytes == elem && share == 1 && mask == 0) {
-        k.shared = true;
-        k.extra = add(k.extra, mul(adapter_bytes, t.lora_rank));
-      } else {
-        k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
-      }
+      if (d.amp) k.extra = add(k.extra, mul(2, w, share));
+      else if (share == 1) k.shared = true;
+      else k.extra = add(k.extra, mul(elem, w, share));
+      continue;
     }
-    // LoRAQKVLinear.zero_pad: index_copy_ keeps its source, lora_B's output in the compute dtype
-    if (qkv_enabled > 0 && qkv_enabled < 3) k.extra = add(k.extra, mul(d.compute, qkv_enabled_width));
-    k.ctx_only = k.ctx_held && !k.shared;
-    k.shared = k.shared || k.ctx_held;
-    return k;
-  };
-  auto held_by_ctx = [&](const SlotKeep& k, u64 bytes) {
+    // LoRA adapter on this Linear. With lora_dropout > 0, PEFT runs lora_A(dropout(x)) with x
+    // cast to the adapter dtype: each adapted Linear keeps its own dropped copy (lora_A's
+    // input; autocast keeps its half cast of it instead) plus dropout's mask.
+    if (L.impl.fused_qkv && is_qkv_name(l.name)) {
+      ++qkv_enabled;
+      qkv_enabled_width = add(qkv_enabled_width, l.out);
+      if (qkv_seen) {  // lora_A's rows for this projection: its part of the rank-r output
+        k.extra = add(k.extra, mul(d.amp ? 2 : adapter_bytes, t.lora_rank));
+        continue;
+      }
+      qkv_seen = true;
+    }
+    const u64 mask = dropout_mask(r.lora.dropout, r, adapter_bytes);
+    k.masks = add(k.masks, mul(mask, w, share));
+    if (d.amp) k.extra = add(k.extra, mul(add(mul(2, add(w, t.lora_rank)), mul(mask, w)), share));
+    else if (adapter_bytes == elem && share == 1 && mask == 0) {
+      k.shared = true;
+      k.extra = add(k.extra, mul(adapter_bytes, t.lora_rank));
+    } else {
+      k.extra = add(k.extra, mul(add(mul(adapter_bytes, add(w, t.lora_rank)), mul(mask, w)), share));
+    }
+  }
+  // LoRAQKVLinear.zero_pad: index_copy_ keeps its source, lora_B's output in the compute dtype
+  if (qkv_enabled > 0 && qkv_enabled < 3) k.extra = add(k.extra, mul(d.compute, qkv_enabled_width));
+  k.ctx_only = k.ctx_held && !k.shared;
+  k.shared = k.shared || k.ctx_held;
+  return k;
+}
+
+/// What the walk has counted so far: bytes per token kept for backward, and their parts.
+struct Kept {
+  u64 saved = 0;     ///< bytes per token
+  u64 hidden = 0;    ///< the [T, h] part of `saved`
+  u64 per_pos = 0;   ///< bytes per token per attended position (s x s terms)
+  u64 ctx_held = 0;  ///< per token: what quantized Linears' contexts hold (see slot_keep)
+  u64 ctx_only = 0;  ///< ... and what only they hold
+  u64 norms = 0;     ///< norms counted in the layer (Gemma's fp32 (1 + weight) each)
+
+  void keep(u64 bytes) { saved = add(saved, bytes); }
+  void keep_hidden(u64 bytes) {
+    saved = add(saved, bytes);
+    hidden = add(hidden, bytes);
+  }
+  /// A norm's saved tensors (a [T, h] part).
+  void keep_norm(u64 bytes) {
+    ++norms;
+    keep_hidden(bytes);
+  }
+  /// What quantized Linears' contexts hold of a slot whose shared tensor is `bytes` wide.
+  void held_by_ctx(const SlotKeep& k, u64 bytes) {
     if (k.ctx_held) ctx_held = add(ctx_held, bytes);
     if (k.ctx_only) ctx_only = add(ctx_only, bytes);
     keep(k.ctx_extra);
     ctx_held = add(ctx_held, k.ctx_extra);
     ctx_only = add(ctx_only, k.ctx_extra);
-  };
+  }
+};
 
-  // A norm keeps its input (RMSNorm: an fp32 copy when the input is half) and its statistics;
-  // a trained RMSNorm also keeps the normalised value for its weight gradient (LayerNorm's
-  // backward recomputes it from mean/rstd).
-  // Gemma's RMSNorm multiplies in fp32 by (1 + weight): a trained weight makes it keep the fp32
-  // x_hat, and the mul keeps the fp32 (1 + weight) [h] (a per-layer constant, counted below).
-  const bool gemma_norm = fam.norm_fp32_one_plus_weight;
-  u64 norms_in_layer = 0;
-  auto norm = [&](bool input_is_shared_residual) {
-    const u64 in = d.residual;
-    u64 b = 0;
-    ++norms_in_layer;
-    if (m.norm == NormKind::RMSNorm && r.runtime.compile) {
-      // compiled: one fused kernel keeps its input and rstd; backward recomputes the rest
-      b = add(input_is_shared_residual ? 0 : mul(in, h), 4);
-    } else if (m.norm == NormKind::RMSNorm) {
-      b = add(in == 2 ? mul(4, h) : (input_is_shared_residual ? 0 : mul(4, h)), 4);
-      if (full) b = add(b, mul((in == 2 && !gemma_norm && !impl.norm_normalised_fp32) ? 2 : 4, h));
-    } else {
-      // native_layer_norm keeps mean and rstd [T, 1]: fp32 on CUDA, the input dtype on CPU
-      // (measured: bf16 gpt2/falcon keep two bf16 [b, s, 1])
-      const u64 stats = (r.device == Device::Cpu && in == 2) ? 4 : 8;
-      b = add(input_is_shared_residual ? 0 : mul(in, h), stats);
-    }
+// A norm keeps its input (RMSNorm: an fp32 copy when the input is half) and its statistics;
+// a trained RMSNorm also keeps the normalised value for its weight gradient (LayerNorm's
+// backward recomputes it from mean/rstd).
+u64 norm_keeps(const Layer& L, bool input_is_shared_residual) {
+  const u64 in = L.d.residual, h = L.h;
+  if (L.m.norm == NormKind::RMSNorm && L.r.runtime.compile) {
+    // compiled: one fused kernel keeps its input and rstd; backward recomputes the rest
+    return add(input_is_shared_residual ? 0 : mul(in, h), 4);
+  }
+  if (L.m.norm == NormKind::RMSNorm) {
+    u64 b = add(in == 2 ? mul(4, h) : (input_is_shared_residual ? 0 : mul(4, h)), 4);
+    if (L.full) b = add(b, mul((in == 2 && !L.gemma_norm && !L.impl.norm_normalised_fp32) ? 2 : 4, h));
     return b;
-  };
-  // The output of a norm is in the residual dtype (fp32 under autocast).
-  const u64 norm_out = d.residual;
+  }
+  // native_layer_norm keeps mean and rstd [T, 1]: fp32 on CUDA, the input dtype on CPU
+  // (measured: bf16 gpt2/falcon keep two bf16 [b, s, 1])
+  const u64 stats = (L.r.device == Device::Cpu && in == 2) ? 4 : 8;
+  return add(input_is_shared_residual ? 0 : mul(in, h), stats);
+}
 
-  // ---- attention block -------------------------------------------------------------------
-  const u64 first_norm = norm(false);
-  keep_hidden(first_norm);
+// Per token through one MLP of width w: the activation's saved input(s), the tensors the
+// gated product keeps, and the input of down_proj (kept by it, or by relu as its output).
+u64 mlp_keeps(const Layer& L, u64 w, u64 share) {
+  const u64 p = L.p;
+  u64 b = 0;
+  // compiled: the activation fuses with the product; the gate and up (or fc1) outputs are kept
+  // and act(gate) is recomputed in backward (down_proj still keeps its input)
+  if (L.r.runtime.compile) b = mul(p, w, L.m.mlp == MlpKind::Gated ? 2 : 1);
+  else if (L.m.mlp == MlpKind::Gated) b = add(mul(p, w, L.act_saves), mul(2, p, w));  // act in, act out, up out
+  else b = L.relu ? mul(p, w) : mul(p, w, L.act_saves);
+  return mul(b, share);
+}
+
+/// Whether a LoRA adapter sits on a Linear reading `in`.
+bool lora_on(const Layer& L, LinearInput in) {
+  if (L.full || L.t.lora_rank == 0) return false;
+  for (size_t i = 0; i < L.g.linears.size(); ++i)
+    if (L.g.linears[i].input == in && L.t.saves_input[i]) return true;
+  return false;
+}
+
+/// A Linear's forward output is p x out; a LoRA adapter adds lora_B's output and its `* scaling`
+/// copy in the adapter dtype before PEFT adds them to the base output (measured: peft 0.21
+/// LoraLayer.forward, fp32 and bf16 models alike).
+u64 linear_output(const Layer& L, LinearInput in, u64 width) {
+  return mul(width, add(L.p, lora_on(L, in) ? mul(2, L.adapter_bytes) : 0));
+}
+
+/// The first norm and what the Linears reading its output keep (bytes per token).
+struct AttentionInput {
+  u64 first_norm = 0;        ///< what the layer's first norm keeps
+  SlotKeep readers;          ///< what the Linears reading its output keep
+  u64 first_norm_local = 0;  ///< the first norm's output as a block local (FamilyActivations::block_keeps_first_norm_output)
+};
+
+AttentionInput attention_input(const Layer& L, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const u64 h = L.h, norm_out = L.norm_out;
+  AttentionInput in;
+  in.first_norm = norm_keeps(L, false);
+  kept.keep_norm(in.first_norm);
   std::initializer_list<LinearInput> attn_readers = {LinearInput::AttnIn};
   std::initializer_list<LinearInput> shared_readers = {LinearInput::AttnIn, LinearInput::MlpIn};
-  const SlotKeep attn_in = slot(m.parallel_block ? shared_readers : attn_readers, h, norm_out);
-  // the first norm's output as a block local (FamilyActivations::block_keeps_first_norm_output)
-  const u64 first_norm_local =
-      fam.block_keeps_first_norm_output && !m.parallel_block && !attn_in.shared ? mul(norm_out, h) : 0;
-  keep_hidden(attn_in.extra);
-  if (attn_in.shared) keep_hidden(mul(norm_out, h));
-  held_by_ctx(attn_in, mul(norm_out, h));
+  in.readers = slot_keep(L, m.parallel_block ? shared_readers : attn_readers, h, norm_out);
+  in.first_norm_local =
+      L.fam.block_keeps_first_norm_output && !m.parallel_block && !in.readers.shared ? mul(norm_out, h) : 0;
+  kept.keep_hidden(in.readers.extra);
+  if (in.readers.shared) kept.keep_hidden(mul(norm_out, h));
+  kept.held_by_ctx(in.readers, mul(norm_out, h));
+  return in;
+}
+
+/// The q, k and v the attention kernels read (bytes per token).
+struct Qkv {
+  u64 q = 0, k = 0, v = 0;
+};
+
+/// What the q/k norms and the projections (MLA's latent path included) keep; returns q, k, v.
+Qkv projections(const Layer& L, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw;
+  const bool mla = L.mla, full = L.full;
+  const FamilyActivations& fam = L.fam;
 
   const bool rotary = !m.learned_positions && !m.alibi;
-  u64 q_bytes = mul(p, qw), k_bytes = mul(p, kw), v_bytes = mul(p, vw);
+  Qkv qkv{mul(p, qw), mul(p, kw), mul(p, vw)};
   // q_norm / k_norm (Qwen3, Gemma3: RMSNorm over each head; OLMo2: over the whole width) on the
   // projection outputs: the fp32 input (the output itself in fp32), rstd, and for a trained
   // weight x_hat (measured, analyze_saved.py qwen3-tiny: [b,s,nh,d] fp32 + [b,s,nh,1] + bf16 x_hat).
@@ -429,612 +538,841 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // keeps the same fp32 input and per-head rsqrt, and no x_hat (measured, peak dump of
   // llama4_text/lora/bf16/nogc/sdpa: fp32 [2, 64, 8, 16] and [2, 64, 8, 1] rsqrt per RoPE layer)
   if (!mla && (per_head_qk_norm || fam.qk_norm_full_width || g.qk_l2_norm)) {
-    keep(mul(4, add(qw, kw)));
-    keep(per_head_qk_norm || g.qk_l2_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
-    if (full && !g.qk_l2_norm) keep(mul((p == 2 && !gemma_norm) ? 2 : 4, add(qw, kw)));
+    kept.keep(mul(4, add(qw, kw)));
+    kept.keep(per_head_qk_norm || g.qk_l2_norm ? mul(4, add(m.heads, m.kv_heads)) : 8);
+    if (full && !g.qk_l2_norm) kept.keep(mul((p == 2 && !L.gemma_norm) ? 2 : 4, add(qw, kw)));
   }
   if (mla) {
     // q_a -> q_a_layernorm -> q_b; kv_a -> kv_a_layernorm -> kv_b; the rope parts recombined by
     // cat into per-head q and k; v is a view of the kv_b output.
     if (m.q_lora_rank > 0) {
-      keep(add(mul(4, m.q_lora_rank), 4));  // norm input (fp32 copy or itself) + rsqrt
-      if (full) keep(mul(p, m.q_lora_rank));
+      kept.keep(add(mul(4, m.q_lora_rank), 4));  // norm input (fp32 copy or itself) + rsqrt
+      if (full) kept.keep(mul(p, m.q_lora_rank));
     }
     // kv_a_layernorm's input: an fp32 copy of a half input; in fp32 the input itself, a view of
     // kv_a_proj's whole [T, kv_lora_rank + rope] output (measured, deepseek_v3-tiny fp32)
-    keep(add(mul(4, p == 4 ? add(m.kv_lora_rank, m.qk_rope_head_dim) : m.kv_lora_rank), 4));
-    if (full) keep(mul(p, m.kv_lora_rank));
-    const SlotKeep latent_in = slot({LinearInput::Latent}, m.kv_lora_rank, p);
-    keep(latent_in.extra);
-    if (latent_in.shared) keep(mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
-    held_by_ctx(latent_in, mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
+    kept.keep(add(mul(4, p == 4 ? add(m.kv_lora_rank, m.qk_rope_head_dim) : m.kv_lora_rank), 4));
+    if (full) kept.keep(mul(p, m.kv_lora_rank));
+    const SlotKeep latent_in = slot_keep(L, {LinearInput::Latent}, m.kv_lora_rank, p);
+    kept.keep(latent_in.extra);
+    if (latent_in.shared) kept.keep(mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
+    kept.held_by_ctx(latent_in, mul(p, add(m.q_lora_rank, m.kv_lora_rank)));
     // kv_b output (v is a view of it) for the flash-style kernels; eager attention and the SDPA
     // math path copy the strided v for their bmm, so nothing keeps it (measured, deepseek_v3-tiny)
-    if (!cpu_sdpa_math && r.attention != AttentionImpl::Eager) keep(mul(p, a, add(m.qk_nope_head_dim, m.v_head_dim)));
-    q_bytes = mul(p, a, m.head_dim);
-    k_bytes = mul(p, a, m.head_dim);
-    v_bytes = 0;
-  } else if ((m.fused_qkv || impl.fused_qkv) && rotary) {
+    if (!L.cpu_sdpa_math && r.attention != AttentionImpl::Eager) kept.keep(mul(p, a, add(m.qk_nope_head_dim, m.v_head_dim)));
+    qkv.q = mul(p, a, m.head_dim);
+    qkv.k = mul(p, a, m.head_dim);
+    qkv.v = 0;
+  } else if ((m.fused_qkv || L.impl.fused_qkv) && rotary) {
     // the v view keeps the whole fused output alive (LitGPT without GQA: measured, peak dump of
     // llama/litgpt/lora/bf16/nogc/sdpa/mha-b1s256: the [b, s, 3h] qkv output of both layers)
-    v_bytes = mul(p, add(qw, mul(2, kw)));
+    qkv.v = mul(p, add(qw, mul(2, kw)));
   }
-  const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
-  bool out_is_kept = false;   // the attention output tensor is kept by the kernel itself
-  u64 first_qk_unkept = 0;    // see LayerActivations::first_qk_unkept (bytes per token)
+  return qkv;
+}
+
+// CPU SDPA's math path: what is alive as it returns, beyond what the layer keeps (see
+// sdpa_math_locals); set only on that path, where it replaces the generic attention moment
+struct MathLocals {
+  bool on = false;
+  u64 tok = 0, tok_s = 0, layer = 0;  // bytes per token, per token and position, per layer
+};
+
+/// What an attention kernel adds beyond the tensors it keeps (bytes per token; `_s`: per token
+/// and attended position).
+struct AttentionKernel {
+  bool out_is_kept = false;  ///< the attention output tensor is kept by the kernel itself
+  u64 first_qk_unkept = 0;   ///< see LayerActivations::first_qk_unkept (bytes per token)
+  u64 v_excess = 0;          ///< what a v kept as a view of a fused projection holds beyond v
+  u64 fwd_s = 0;             ///< score tensors alive at the worst moment of its forward
+  u64 fwd_only_s = 0;        ///< fwd_s of a forward that is not a recomputation, where larger
+  u64 bwd_s = 0, bwd_tok = 0;  ///< extra live at its worst backward moment
+  MathLocals math;
+};
+
+
+// Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
+// model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
+// GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
+// analyze_saved.py gpt_bigcode-tiny --precision bf16 --attention eager: an fp32 (2,4,64,64)
+// softmax output).
+// gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
+// softmax(dtype=combined_logits.dtype) in the model dtype.
+bool eager_softmax_in_fp32(const Layer& L) { return !L.fam.softmax_in_model_dtype && !L.m.attention_sinks; }
+
+  // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
+  // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
+  // it), the model's q, k, v; with half inputs their fp32 copies (the locals query_acc,
+  // key_acc, value_acc); the scaled query; the fp32 PV product; with half inputs its cast back
+  // to the input dtype and `attn.to(origin_dtype)`, a half copy of the probabilities returned
+  // beside the output (SDPA drops it only after the call); under is_causal the [s, s] mask
+  // built from ones(L, S).tril() in the query's (fp32) dtype. Measured, peak dump of tuning case
+  // biogpt/h256-L3-V2048/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd/gas2 at that last _to_copy of the
+  // recomputed layer: the first norm's bf16 output, q/v (_to_copy) and k (addmm) bf16,
+  // fp32 _to_copy (3, 8, 128, 32) x3, mul (3, 8, 128, 32), bmm (24, 128, 32), bf16 _to_copy
+  // (3, 8, 128, 32) and (3, 8, 128, 128), where (128, 128). (fp32: to() returns its input.)
+  // With fewer K/V heads (Transformers passes enable_gqa when there is no mask),
+  // pre_process_group_query_attention_input repeat_interleaves the fp32 key and value to every
+  // query head: the value copy is the kept v, the key copy one more local (measured, peak dump
+  // of tuning case gpt_bigcode/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd: two fp32
+  // clone (3, 1, 8, 128, 32) next to the scaled (3, 8, 32, 128) key the bmm keeps).
+MathLocals sdpa_math_locals(const Layer& L, bool attn_in_shared) {
+  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, s = L.s,
+            norm_out = L.norm_out;
+  MathLocals math;
+  const bool half_in = p != 4;
+  const u64 qkv = add(qw, add(kw, vw));
+  math.on = true;
+  math.tok = add(add(attn_in_shared ? 0 : mul(norm_out, h), mul(add(p, half_in ? 4 : 0), qkv)),
+                 add(mul(L.gqa ? 8 : 4, qw), mul(add(4, half_in ? p : 0), ow)));
+  math.tok_s = half_in ? mul(p, a) : 0;
+  math.layer = L.m.causal ? mul(4, s, s) : 0;
+  return math;
+}
+
+/// Eager attention: the q, k and v its matmuls keep.
+void eager_qkv_kept(const Layer& L, const Qkv& qkv, Kept& kept, AttentionKernel& ak) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const TrainableLinears& t = L.t;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, tokens = L.tokens, seq = L.s;
+  const bool gqa = L.gqa, mla = L.mla, full = L.full;
+  const FamilyActivations& fam = L.fam;
   std::vector<size_t> attn_linears;  // the Linears reading the attention input: q, k, v in that order when separate
   for (size_t i = 0; i < g.linears.size(); ++i)
     if (g.linears[i].input == LinearInput::AttnIn && !g.linears[i].routed) attn_linears.push_back(i);
-  u64 v_excess = 0;           // what a v kept as a view of a fused projection holds beyond v
-  u64 fwd_s = 0, bwd_s = 0, bwd_tok = 0;
-  u64 fwd_only_s = 0;  // fwd_s of a forward that is not a recomputation, where larger
-  // CPU SDPA's math path: what is alive as it returns, beyond what the layer keeps (see below);
-  // set only on that path, where it replaces the generic attention moment
-  struct MathLocals {
-    bool on = false;
-    u64 tok = 0, tok_s = 0, layer = 0;  // bytes per token, per token and position, per layer
-  } math;
-  // Eager softmax in fp32 (then a half copy for the PV matmul) unless the implementation keeps the
-  // model dtype (measured bf16: OPT and GPT-Neo upcast, GPT-2/BigCode/BioGPT and Falcon do not).
-  // GPTBigCode upcasts when attention_softmax_in_fp32 (its config default; measured,
-  // analyze_saved.py gpt_bigcode-tiny --precision bf16 --attention eager: an fp32 (2,4,64,64)
-  // softmax output).
-  // gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
-  // softmax(dtype=combined_logits.dtype) in the model dtype.
-  const bool fp32_softmax = !fam.softmax_in_model_dtype && !m.attention_sinks;
-  if (cpu_sdpa_math) {
-    // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
-    // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
-    // it), the model's q, k, v; with half inputs their fp32 copies (the locals query_acc,
-    // key_acc, value_acc); the scaled query; the fp32 PV product; with half inputs its cast back
-    // to the input dtype and `attn.to(origin_dtype)`, a half copy of the probabilities returned
-    // beside the output (SDPA drops it only after the call); under is_causal the [s, s] mask
-    // built from ones(L, S).tril() in the query's (fp32) dtype. Measured, peak dump of tuning case
-    // biogpt/h256-L3-V2048/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd/gas2 at that last _to_copy of the
-    // recomputed layer: the first norm's bf16 output, q/v (_to_copy) and k (addmm) bf16,
-    // fp32 _to_copy (3, 8, 128, 32) x3, mul (3, 8, 128, 32), bmm (24, 128, 32), bf16 _to_copy
-    // (3, 8, 128, 32) and (3, 8, 128, 128), where (128, 128). (fp32: to() returns its input.)
-    // With fewer K/V heads (Transformers passes enable_gqa when there is no mask),
-    // pre_process_group_query_attention_input repeat_interleaves the fp32 key and value to every
-    // query head: the value copy is the kept v, the key copy one more local (measured, peak dump
-    // of tuning case gpt_bigcode/h256-L3-V1024/lora-r8-qv/bf16/gc/sdpa/b3s128/sgd: two fp32
-    // clone (3, 1, 8, 128, 32) next to the scaled (3, 8, 32, 128) key the bmm keeps).
-    const bool half_in = p != 4;
-    const u64 qkv = add(qw, add(kw, vw));
-    math.on = true;
-    math.tok = add(add(attn_in.shared ? 0 : mul(norm_out, h), mul(add(p, half_in ? 4 : 0), qkv)),
-                   add(mul(gqa ? 8 : 4, qw), mul(add(4, half_in ? p : 0), ow)));
-    math.tok_s = half_in ? mul(p, a) : 0;
-    math.layer = m.causal ? mul(4, s, s) : 0;
+  // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
+  // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
+  // With one K/V head, repeat_kv's reshape merges a size-1 dim with the stride-0 expanded one
+  // (modeling_gemma.py repeat_kv: expand, then reshape), so it is a view, and at batch 1
+  // matmul's fold to 3-D is one too: the matmuls keep k and v themselves, not [T, heads * d]
+  // copies (measured, peak dump of tuning case
+  // gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2: a [1, 1, 512, 64] k
+  // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies; of tuning case
+  // qwen3_moe/h128-L2-V4096/full/fp32/nogc/eager/b1s512/adamw_fused: no [1, 8, 512, 32] copy,
+  // k_proj's [512, 32] output kept). At batch > 1 the fold copies, as repeat_kv does with
+  // more K/V heads (checked with saved-tensor hooks on torch 2.15).
+  const bool kv_views = gqa && !mla && m.kv_heads == 1 && tokens == seq;
+  const u64 kk = gqa && !kv_views ? mul(p, qw) : qkv.k;
+  // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
+  const u64 vv_own = kv_views ? qkv.v : gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
+  // CodeGen's v is a view of qkv_proj's output (modeling_codegen.py: torch.split of the
+  // reshaped qkv, then a permute); at batch 1 the PV matmul folds it to 3-D as a view, so it
+  // keeps the whole fused output alive (measured, peak dump of tuning case
+  // codegen/h128-L3-V4096/lora-r8-attn/fp32/nogc/eager/b1s512/adafactor: each layer's
+  // [1, 512, 384] fp32 qkv output alive at the loss backward, no v copy). The PV node
+  // releases it before softmax's backward (counted in the block's tail, attention_tail). Not in a
+  // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
+  // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
+  // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
+  // established). GPT-NeoX's v is such a view too (modeling_gpt_neox.py: query_key_value's
+  // output viewed [b, s, heads, 3d], transposed, chunked), so its whole output stays as well
+  // (measured, peak dump of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/
+  // adamw_fused: each layer's fp32 [896, 192] addmm alive at the loss backward, no v copy).
+  const bool v_views_fused = fam.v_view_of_fused_qkv && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
+  ak.v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
+  const u64 vv = add(vv_own, ak.v_excess);
+  // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
+  // QK^T (modeling_gpt_neo.py / modeling_gptj.py / modeling_codegen.py `_attn`:
+  // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
+  // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
+  // under autocast the matmul casts them back to half)
+  const bool qk_fp32 = fam.qk_in_fp32 && p == 2 && !d.amp;
+  const u64 q_kept = qk_fp32 ? mul(4, qw) : qkv.q, k_kept = qk_fp32 ? mul(4, kw) : kk;
+  kept.keep(add(q_kept, k_kept));
+  // QK^T keeps q for k's gradient and k for q's. In a first layer whose input needs no
+  // gradient (LoRA without checkpointing), q and k need one only through their own adapters:
+  // with one of separate q/k projections adapted, the other's output is not kept (measured,
+  // peak dump of tuning case gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: two
+  // fp32 [2, 4, 512, 64] q clones for three layers, three k^T).
+  if (!full && !mla && attn_linears.size() == 3) {
+    const bool q_adapted = t.saves_input[attn_linears[0]], k_adapted = t.saves_input[attn_linears[1]];
+    if (q_adapted != k_adapted) ak.first_qk_unkept = q_adapted ? q_kept : k_kept;
   }
-  switch (r.attention) {
-    case AttentionImpl::Eager: {
-      // repeat_kv copies K and V to every query head under GQA; matmul keeps q and the copies;
-      // softmax keeps its output (fp32 when upcast, then a half copy for the PV matmul).
-      // With one K/V head, repeat_kv's reshape merges a size-1 dim with the stride-0 expanded one
-      // (modeling_gemma.py repeat_kv: expand, then reshape), so it is a view, and at batch 1
-      // matmul's fold to 3-D is one too: the matmuls keep k and v themselves, not [T, heads * d]
-      // copies (measured, peak dump of tuning case
-      // gemma/h128-L3-V1024/lora-r16-mlp/fp32/gc/eager/b1s512/adamw/gas2: a [1, 1, 512, 64] k
-      // and a [512, 64] v in the recomputed layer, no [1, 4, 512, 64] copies; of tuning case
-      // qwen3_moe/h128-L2-V4096/full/fp32/nogc/eager/b1s512/adamw_fused: no [1, 8, 512, 32] copy,
-      // k_proj's [512, 32] output kept). At batch > 1 the fold copies, as repeat_kv does with
-      // more K/V heads (checked with saved-tensor hooks on torch 2.15).
-      const bool kv_views = gqa && !mla && m.kv_heads == 1 && tokens == seq;
-      const u64 kk = gqa && !kv_views ? mul(p, qw) : k_bytes;
-      // (the PV matmul copies a strided v view: only v itself is kept, never the fused output)
-      const u64 vv_own = kv_views ? v_bytes : gqa ? mul(p, ow) : (mla ? mul(p, ow) : mul(p, vw));  // MLA: the copy of the strided v
-      // CodeGen's v is a view of qkv_proj's output (modeling_codegen.py: torch.split of the
-      // reshaped qkv, then a permute); at batch 1 the PV matmul folds it to 3-D as a view, so it
-      // keeps the whole fused output alive (measured, peak dump of tuning case
-      // codegen/h128-L3-V4096/lora-r8-attn/fp32/nogc/eager/b1s512/adafactor: each layer's
-      // [1, 512, 384] fp32 qkv output alive at the loss backward, no v copy). The PV node
-      // releases it before softmax's backward (counted in the block's tail below). Not in a
-      // checkpointed layer's recomputation: there the PV matmul keeps a [1, s, heads, d] copy
-      // and the fused output is gone by the MLP's backward (measured, peak dump of tuning case
-      // codegen/h256-L2-V1024/lora-r32-qv/fp32/gc/eager/b1s256/sgd; why the two differ is not
-      // established). GPT-NeoX's v is such a view too (modeling_gpt_neox.py: query_key_value's
-      // output viewed [b, s, heads, 3d], transposed, chunked), so its whole output stays as well
-      // (measured, peak dump of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/
-      // adamw_fused: each layer's fp32 [896, 192] addmm alive at the loss backward, no v copy).
-      const bool v_views_fused = fam.v_view_of_fused_qkv && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
-      v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
-      const u64 vv = add(vv_own, v_excess);
-      // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before
-      // QK^T (modeling_gpt_neo.py / modeling_gptj.py / modeling_codegen.py `_attn`:
-      // query.to(torch.float32), key.to(torch.float32)); the matmul keeps the fp32 copies
-      // (measured, peak dump of codegen/lora/bf16/nogc/eager: fp32 [2, 4, 64, 32] q and k^T per layer;
-      // under autocast the matmul casts them back to half)
-      const bool qk_fp32 = fam.qk_in_fp32 && p == 2 && !d.amp;
-      const u64 q_kept = qk_fp32 ? mul(4, qw) : q_bytes, k_kept = qk_fp32 ? mul(4, kw) : kk;
-      keep(add(q_kept, k_kept));
-      // QK^T keeps q for k's gradient and k for q's. In a first layer whose input needs no
-      // gradient (LoRA without checkpointing), q and k need one only through their own adapters:
-      // with one of separate q/k projections adapted, the other's output is not kept (measured,
-      // peak dump of tuning case gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: two
-      // fp32 [2, 4, 512, 64] q clones for three layers, three k^T).
-      if (!full && !mla && attn_linears.size() == 3) {
-        const bool q_adapted = t.saves_input[attn_linears[0]], k_adapted = t.saves_input[attn_linears[1]];
-        if (q_adapted != k_adapted) first_qk_unkept = q_adapted ? q_kept : k_kept;
-      }
-      keep(vv);
-      // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
-      // falcon-tiny, GQA with a fused query_key_value)
-      u64 probs = fp32_softmax ? (p == 4 ? 4 : 6) : p;
-      // Attention sinks: the logits get one more column (cat with the sinks) and are shifted by
-      // their row max, which keeps its int64 indices: the softmax output is [b, nh, s, s + 1]
-      // (measured, analyze_saved.py gpt_oss-tiny --lora --attention eager: (2,8,64,65) and an
-      // int64 (2,8,64,1) per layer)
-      if (m.attention_sinks) keep(mul(a, add(probs, 8)));
-      if (m.attn_logit_softcapping) probs = add(probs, p);  // tanh(scores / cap) keeps its output
-      // dropout keeps its mask and the PV matmul its output; after an fp32 softmax the half copy
-      // is dropout's input, which nothing keeps (measured, gpt_bigcode-tiny bf16 eager: fp32
-      // softmax, bf16 noise, bf16 dropout output)
-      if (m.attention_dropout > 0) {
-        if (fp32_softmax && p != 4) probs = sub_floor(probs, p);
-        probs = add(probs, add(dropout_mask(m.attention_dropout, r, p), p));
-      }
-      if (d.amp && !fp32_softmax) {
-        // autocast runs softmax in fp32 (the autocast fp32 op list) even where the model does not
-        // upcast: softmax keeps its fp32 output, and the PV matmul keeps a half copy of the (dropped)
-        // probabilities. Dropout works on fp32 (keeping an fp32 mask; the matmul's cast is the copy),
-        // or, where the model casts the probabilities to v's dtype first, on that half copy (a half
-        // mask; its output is the copy). Measured, tuning case
-        // gpt2/h192-L4-V1024/full/amp_bf16/nogc/eager/b1s256/sgd at the loss backward: per layer
-        // an fp32 _softmax, a bf16 empty_like (the mask) and a bf16 mul, each [1, 6, 256, 256].
-        probs = add(4, 2);
-        if (m.attention_dropout > 0)
-          probs = add(probs, dropout_mask(m.attention_dropout, r, fam.probs_to_value_dtype ? p : 4));
-      }
-      saved_s = add(saved_s, mul(a, probs));
-      fwd_s = mul(2, p, a);
-      // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
-      // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
-      // in its local while softmax runs on the masked sum: three [b, nh, s, s] at once (measured,
-      // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
-      // at the last layer's _softmax: fp32 bmm, add and _softmax outputs, [2, 64, 160, 160] each)
-      // BloomAttention keeps the baddbmm result and the masked scores as locals too (fp32: the
-      // softmax's output is the probabilities; measured, peak dump of tuning case
-      // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd at layer 1's attention: fp32
-      // baddbmm (4, 512, 512), add and _softmax (1, 4, 512, 512), and layer 0's _softmax; half
-      // models are counted by fwd_only_s below)
-      if (fam.scores_locals || (fam.scores_locals_fp32 && p == 4 && !d.amp)) fwd_s = mul(3, p, a);
-      // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
-      // softmax, the half scores and masked scores, the fp32 copy and the softmax output
-      // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
-      // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
-      // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
-      if (fp32_softmax && p != 4 && !d.amp && !fam.qk_in_fp32) fwd_only_s = mul(a, add(mul(2, p), 8));
-      // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
-      // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
-      // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
-      // peak dump of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor:
-      // three fp32 [1, 8, 1024, 1024] at _softmax_backward_data, the bf16 copy already gone).
-      // With dropout the moment before is dropout's backward: the softmax output, the mask and
-      // two gradients in dropout's dtype.
-      {
-        const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
-        const u64 capped = m.attn_logit_softcapping ? p : 0;
-        const u64 drop_dtype = (d.amp && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
-        u64 worst = add(capped, mul(3, sm));
-        if (m.attention_dropout > 0)
-          worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
-        bwd_s = mul(a, sub_floor(worst, probs));
-      }
-      break;
-    }
+  kept.keep(vv);
+  // (repeat_kv copies the K/V views, so the fused projection output is not kept: measured on
+  // falcon-tiny, GQA with a fused query_key_value)
+}
+
+/// Eager attention: the probabilities kept per attended position (softmax output, its copies,
+/// dropout); returns their bytes per token per position and head.
+u64 eager_probabilities(const Layer& L, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, a = L.a;
+  const FamilyActivations& fam = L.fam;
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
+  u64 probs = fp32_softmax ? (p == 4 ? 4 : 6) : p;
+  // Attention sinks: the logits get one more column (cat with the sinks) and are shifted by
+  // their row max, which keeps its int64 indices: the softmax output is [b, nh, s, s + 1]
+  // (measured, analyze_saved.py gpt_oss-tiny --lora --attention eager: (2,8,64,65) and an
+  // int64 (2,8,64,1) per layer)
+  if (m.attention_sinks) kept.keep(mul(a, add(probs, 8)));
+  if (m.attn_logit_softcapping) probs = add(probs, p);  // tanh(scores / cap) keeps its output
+  // dropout keeps its mask and the PV matmul its output; after an fp32 softmax the half copy
+  // is dropout's input, which nothing keeps (measured, gpt_bigcode-tiny bf16 eager: fp32
+  // softmax, bf16 noise, bf16 dropout output)
+  if (m.attention_dropout > 0) {
+    if (fp32_softmax && p != 4) probs = sub_floor(probs, p);
+    probs = add(probs, add(dropout_mask(m.attention_dropout, r, p), p));
+  }
+  if (d.amp && !fp32_softmax) {
+    // autocast runs softmax in fp32 (the autocast fp32 op list) even where the model does not
+    // upcast: softmax keeps its fp32 output, and the PV matmul keeps a half copy of the (dropped)
+    // probabilities. Dropout works on fp32 (keeping an fp32 mask; the matmul's cast is the copy),
+    // or, where the model casts the probabilities to v's dtype first, on that half copy (a half
+    // mask; its output is the copy). Measured, tuning case
+    // gpt2/h192-L4-V1024/full/amp_bf16/nogc/eager/b1s256/sgd at the loss backward: per layer
+    // an fp32 _softmax, a bf16 empty_like (the mask) and a bf16 mul, each [1, 6, 256, 256].
+    probs = add(4, 2);
+    if (m.attention_dropout > 0)
+      probs = add(probs, dropout_mask(m.attention_dropout, r, fam.probs_to_value_dtype ? p : 4));
+  }
+  return probs;
+}
+
+/// Eager attention: the score tensors alive at its worst forward and backward moments.
+void eager_score_moments(const Layer& L, u64 probs, AttentionKernel& ak) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, a = L.a;
+  const FamilyActivations& fam = L.fam;
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
+  ak.fwd_s = mul(2, p, a);
+  // FalconAttention's eager path without alibi (modeling_falcon.py: `attention_scores =
+  // F.softmax(attention_scores + attention_mask, ...)`) still holds the scaled q @ k^T scores
+  // in its local while softmax runs on the masked sum: three [b, nh, s, s] at once (measured,
+  // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
+  // at the last layer's _softmax: fp32 bmm, add and _softmax outputs, [2, 64, 160, 160] each)
+  // BloomAttention keeps the baddbmm result and the masked scores as locals too (fp32: the
+  // softmax's output is the probabilities; measured, peak dump of tuning case
+  // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd at layer 1's attention: fp32
+  // baddbmm (4, 512, 512), add and _softmax (1, 4, 512, 512), and layer 0's _softmax; half
+  // models are counted by fwd_only_s below)
+  if (fam.scores_locals || (fam.scores_locals_fp32 && p == 4 && !d.amp)) ak.fwd_s = mul(3, p, a);
+  // A forward (not a recomputation) of a half model that upcasts at softmax holds, at the
+  // softmax, the half scores and masked scores, the fp32 copy and the softmax output
+  // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
+  // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
+  // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
+  if (fp32_softmax && p != 4 && !d.amp && !fam.qk_in_fp32) ak.fwd_only_s = mul(a, add(mul(2, p), 8));
+  // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
+  // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
+  // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
+  // peak dump of tuning case llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor:
+  // three fp32 [1, 8, 1024, 1024] at _softmax_backward_data, the bf16 copy already gone).
+  // With dropout the moment before is dropout's backward: the softmax output, the mask and
+  // two gradients in dropout's dtype.
+  {
+    const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
+    const u64 capped = m.attn_logit_softcapping ? p : 0;
+    const u64 drop_dtype = (d.amp && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
+    u64 worst = add(capped, mul(3, sm));
+    if (m.attention_dropout > 0)
+      worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
+    ak.bwd_s = mul(a, sub_floor(worst, probs));
+  }
+}
+
+/// Eager attention (eager_attention_forward and the families' own `_attn`): what the score path keeps.
+AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
+  AttentionKernel ak;
+  eager_qkv_kept(L, qkv, kept, ak);
+  const u64 probs = eager_probabilities(L, kept);
+  kept.per_pos = add(kept.per_pos, mul(L.a, probs));
+  eager_score_moments(L, probs, ak);
+  return ak;
+}
+
+/// CPU SDPA's math path (_scaled_dot_product_attention_math), taken for MLA and attention dropout.
+AttentionKernel sdpa_math_attention(const Layer& L, bool attn_in_shared, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, vw = L.vw, ow = L.ow, tokens = L.tokens, seq = L.s;
+  AttentionKernel ak;
+  ak.math = sdpa_math_locals(L, attn_in_shared);
+  if (m.attention_dropout <= 0) {
+    // the math path without dropout (measured, deepseek_v3-tiny fp32 and bf16): q*scale
+    // [b*nh,s,dqk], (k*scale)^T [b*nh,dqk,s], the softmax output [b,nh,s,s] and v
+    // [b*nh,s,dv], all fp32 (half inputs are upcast on CPU); o_proj reads a model-dtype copy.
+    kept.keep(mul(4, add(mul(2, qw), ow)));
+    kept.per_pos = add(kept.per_pos, mul(4, a));
+    ak.fwd_s = mul(2, 4, a);
+    ak.bwd_s = mul(2, 4, a);
+    return ak;
+  }
+  // CPU: the flash kernel refuses dropout_p > 0 (sdp_utils_cpp.cpp check_for_dropout), so
+  // training falls back to _scaled_dot_product_attention_math, which upcasts half inputs
+  // to fp32 on CPU and repeats K/V to every query head. Measured (analyze_saved.py,
+  // gpt2/gpt_bigcode, fp32 and bf16 alike): q*scale [b*nh,s,d], (k*scale)^T [b*nh,d,s],
+  // softmax output [b,nh,s,s], dropout noise mask [b,nh,s,s], dropout output [b*nh,s,s]
+  // and v [b*nh,s,dv], all fp32. o_proj reads a model-dtype copy of the output.
+  // An fp32 v that is a view of a fused q/k/v projection (GPT-2's c_attn(...).split) is
+  // not copied when the batch is 1 (matmul folds [1, nh, s, d] to [nh, s, d] as a view; with
+  // more rows the transposed view cannot fold and is copied), so the matmul keeps the whole
+  // fused output alive (measured, peak dump of tuning case
+  // gpt2/h256-L2-V1024/full/fp32/nogc/sdpa/b1s384/sgd: each layer's fp32 [384, 768] addmm
+  // alive at the loss backward; one-shape gpt2 fp32 sdpa at batch 2 keeps a v copy). Half
+  // inputs are upcast to a v copy.
+  const bool v_views_fused = m.fused_qkv && p == 4 && !d.amp && tokens == seq;
+  kept.keep(mul(4, add(mul(2, qw), v_views_fused ? add(qw, add(kw, vw)) : ow)));
+  kept.per_pos = add(kept.per_pos, mul(12, a));
+  ak.fwd_s = mul(2, 4, a);
+  // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
+  // tensors alive), then frees that output; the mask's mul makes the softmax output's
+  // gradient next to its incoming one. Either moment: the kept tensors plus one fp32 [s, s]
+  // per head (measured, tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd).
+  ak.bwd_s = mul(4, a);
+  return ak;
+}
+
+/// SDPA's flash / memory-efficient kernels (CUDA, and CPU's flash kernel).
+AttentionKernel sdpa_flash_attention(const Layer& L, Qkv qkv, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const u64 p = L.p, a = L.a, qw = L.qw, kw = L.kw, ow = L.ow, seq = L.s;
+  const bool gqa = L.gqa, mla = L.mla;
+  const FamilyActivations& fam = L.fam;
+  const ModuleImpl& impl = L.impl;
+  const u64 lse = mul(4, a);  // flash / efficient kernels: fp32 log-sum-exp per head and query
+  AttentionKernel ak;
+  // Flash / memory-efficient kernels keep q, k, v, output and lse; with no padding mask
+  // Transformers passes enable_gqa (no K/V copies). The output is laid out [b, s, heads, d],
+  // so transpose(1, 2).contiguous() is a view and o_proj reads that same storage.
+  // A sliding-window layer no longer than the sequence gets an explicit [b, 1, s, s] mask
+  // (shared_forward_bytes), and with a mask Transformers does not use enable_gqa: repeat_kv
+  // copies K and V to every query head (measured, mistral-tiny window 32 at s=64; and at
+  // s = 32, peak dump of tuning case mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw:
+  // a (3, 1, 32, 32) where and K/V repeated to (3, 4, 4, 32, 16) per layer).
+  // Falcon (rotary) builds its SDPA mask inside every layer: the flash kernel keeps that
+  // layer's own [b, 1, s, s] mask, and with a mask K and V are copied to every query head
+  // (measured, analyze_saved.py falcon-tiny --lora --attention sdpa, fp32: per layer a
+  // (2,1,64,64) mask and q, k, v, out all (2,16,64,8); the fused output is not kept).
+  // On CPU the generic SDPA path likewise turns a sliding-window mask into a float mask with
+  // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
+  // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
+  // each layer's SDPA, no model-level mask alive in backward).
+  // Llama 4's chunked attention (attention_chunk_size no longer than the sequence) is a mask
+  // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
+  // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
+  // layer, full causal, keeps neither).
+  const bool windowed_here = g.local_mask(seq);
+  const bool layer_mask = (fam.per_layer_mask && m.causal) ||
+                          (windowed_here && m.causal && r.device == Device::Cpu);
+  if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
+    qkv.k = mul(p, qw);
+    qkv.v = mul(p, ow);
+  }
+  if (layer_mask) kept.per_pos = add(kept.per_pos, p);
+  kept.keep(add(qkv.q, add(qkv.k, qkv.v)));
+  kept.keep(add(mul(p, ow), lse));
+  ak.out_is_kept = true;
+  ak.bwd_tok = mul(p, add(qw, mul(2, kw)));
+  return ak;
+}
+
+/// FlashAttention-2 (flash_attn_func): q, k, v, the output and lse.
+AttentionKernel flash_attention2(const Layer& L, const Qkv& qkv, Kept& kept) {
+  const u64 p = L.p, qw = L.qw, kw = L.kw, ow = L.ow;
+  const u64 lse = mul(4, L.a);  // fp32 log-sum-exp per head and query
+  AttentionKernel ak;
+  kept.keep(add(qkv.q, add(qkv.k, qkv.v)));
+  kept.keep(add(mul(p, ow), lse));
+  ak.out_is_kept = true;
+  ak.bwd_tok = add(mul(p, add(qw, mul(2, kw))), mul(4, qw));  // dq (fp32 accumulator), dk, dv
+  return ak;
+}
+
+AttentionKernel attention_kernel(const Layer& L, const Qkv& qkv, bool attn_in_shared, Kept& kept) {
+  switch (L.r.attention) {
+    case AttentionImpl::Eager: return eager_attention(L, qkv, kept);
     case AttentionImpl::Sdpa:
-      if (cpu_sdpa_math && m.attention_dropout <= 0) {
-        // the math path without dropout (measured, deepseek_v3-tiny fp32 and bf16): q*scale
-        // [b*nh,s,dqk], (k*scale)^T [b*nh,dqk,s], the softmax output [b,nh,s,s] and v
-        // [b*nh,s,dv], all fp32 (half inputs are upcast on CPU); o_proj reads a model-dtype copy.
-        keep(mul(4, add(mul(2, qw), ow)));
-        saved_s = add(saved_s, mul(4, a));
-        fwd_s = mul(2, 4, a);
-        bwd_s = mul(2, 4, a);
-        break;
-      }
-      if (cpu_sdpa_math) {
-        // CPU: the flash kernel refuses dropout_p > 0 (sdp_utils_cpp.cpp check_for_dropout), so
-        // training falls back to _scaled_dot_product_attention_math, which upcasts half inputs
-        // to fp32 on CPU and repeats K/V to every query head. Measured (analyze_saved.py,
-        // gpt2/gpt_bigcode, fp32 and bf16 alike): q*scale [b*nh,s,d], (k*scale)^T [b*nh,d,s],
-        // softmax output [b,nh,s,s], dropout noise mask [b,nh,s,s], dropout output [b*nh,s,s]
-        // and v [b*nh,s,dv], all fp32. o_proj reads a model-dtype copy of the output.
-        // An fp32 v that is a view of a fused q/k/v projection (GPT-2's c_attn(...).split) is
-        // not copied when the batch is 1 (matmul folds [1, nh, s, d] to [nh, s, d] as a view; with
-        // more rows the transposed view cannot fold and is copied), so the matmul keeps the whole
-        // fused output alive (measured, peak dump of tuning case
-        // gpt2/h256-L2-V1024/full/fp32/nogc/sdpa/b1s384/sgd: each layer's fp32 [384, 768] addmm
-        // alive at the loss backward; one-shape gpt2 fp32 sdpa at batch 2 keeps a v copy). Half
-        // inputs are upcast to a v copy.
-        const bool v_views_fused = m.fused_qkv && p == 4 && !d.amp && tokens == seq;
-        keep(mul(4, add(mul(2, qw), v_views_fused ? add(qw, add(kw, vw)) : ow)));
-        saved_s = add(saved_s, mul(12, a));
-        fwd_s = mul(2, 4, a);
-        // Backward: the PV matmul's node makes the gradient of the dropout output (all three kept
-        // tensors alive), then frees that output; the mask's mul makes the softmax output's
-        // gradient next to its incoming one. Either moment: the kept tensors plus one fp32 [s, s]
-        // per head (measured, tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd).
-        bwd_s = mul(4, a);
-        break;
-      }
-      {
-      // Flash / memory-efficient kernels keep q, k, v, output and lse; with no padding mask
-      // Transformers passes enable_gqa (no K/V copies). The output is laid out [b, s, heads, d],
-      // so transpose(1, 2).contiguous() is a view and o_proj reads that same storage.
-      // A sliding-window layer no longer than the sequence gets an explicit [b, 1, s, s] mask
-      // (shared_forward_bytes), and with a mask Transformers does not use enable_gqa: repeat_kv
-      // copies K and V to every query head (measured, mistral-tiny window 32 at s=64; and at
-      // s = 32, peak dump of tuning case mistral/h256-L4-V1024/lora-r8-attn/bf16/nogc/sdpa/b3s32/adamw:
-      // a (3, 1, 32, 32) where and K/V repeated to (3, 4, 4, 32, 16) per layer).
-      // Falcon (rotary) builds its SDPA mask inside every layer: the flash kernel keeps that
-      // layer's own [b, 1, s, s] mask, and with a mask K and V are copied to every query head
-      // (measured, analyze_saved.py falcon-tiny --lora --attention sdpa, fp32: per layer a
-      // (2,1,64,64) mask and q, k, v, out all (2,16,64,8); the fused output is not kept).
-      // On CPU the generic SDPA path likewise turns a sliding-window mask into a float mask with
-      // a where inside every layer, and that per-layer tensor is what the kernel keeps (measured,
-      // peakdump mistral-tiny and phi3-tiny lora fp32 sdpa: a (2,1,64,64) where.self right before
-      // each layer's SDPA, no model-level mask alive in backward).
-      // Llama 4's chunked attention (attention_chunk_size no longer than the sequence) is a mask
-      // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
-      // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
-      // layer, full causal, keeps neither).
-      const bool windowed_here = g.local_mask(seq);
-      const bool layer_mask = (fam.per_layer_mask && m.causal) ||
-                              (windowed_here && m.causal && r.device == Device::Cpu);
-      if (gqa && !mla && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
-        k_bytes = mul(p, qw);
-        v_bytes = mul(p, ow);
-      }
-      if (layer_mask) saved_s = add(saved_s, p);
-      keep(add(q_bytes, add(k_bytes, v_bytes)));
-      keep(add(mul(p, ow), lse));
-      out_is_kept = true;
-      bwd_tok = mul(p, add(qw, mul(2, kw)));
-      break;
-    }
-    case AttentionImpl::FlashAttention2: {
-      keep(add(q_bytes, add(k_bytes, v_bytes)));
-      keep(add(mul(p, ow), lse));
-      out_is_kept = true;
-      bwd_tok = add(mul(p, add(qw, mul(2, kw))), mul(4, qw));  // dq (fp32 accumulator), dk, dv
-      break;
-    }
+      return L.cpu_sdpa_math ? sdpa_math_attention(L, attn_in_shared, kept) : sdpa_flash_attention(L, qkv, kept);
+    case AttentionImpl::FlashAttention2: return flash_attention2(L, qkv, kept);
   }
+  return {};
+}
+
+
+/// The block's tail (o_proj's input, the residual dropout, a post-attention norm): returns what of
+/// it eager attention or the SDPA math path has released by its worst backward moment (0 otherwise).
+u64 attention_tail(const Layer& L, const AttentionKernel& ak, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const u64 p = L.p, h = L.h, ow = L.ow;
+  const FamilyActivations& fam = L.fam;
+  const ModuleImpl& impl = L.impl;
   // What the block keeps after the softmax and the PV matmul: o_proj's input, the residual
   // dropout's mask, Gemma-2's post-attention norm. Their nodes run before softmax's backward and
   // release it, so eager attention's worst backward moment no longer has it (measured, peak dumps
   // of tuning cases gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd and
   // phi/h256-L2-V1024/full/bf16/gc/eager/b1s256/sgd/gas2 at _softmax_backward_data: no o_proj
   // input, no post_attention_layernorm input, no resid_dropout noise of the recomputed layer).
-  const u64 before_tail = sub_floor(saved, v_excess);
+  const u64 before_tail = sub_floor(kept.saved, ak.v_excess);
   // o_proj's input: the attention output (a transpose copy in eager mode).
-  const SlotKeep o_in = slot({LinearInput::AttnOut}, ow, p);
-  keep(o_in.extra);
-  if (o_in.shared && !out_is_kept) keep(mul(p, ow));
-  held_by_ctx(o_in, mul(p, ow));
+  const SlotKeep o_in = slot_keep(L, {LinearInput::AttnOut}, ow, p);
+  kept.keep(o_in.extra);
+  if (o_in.shared && !ak.out_is_kept) kept.keep(mul(p, ow));
+  kept.held_by_ctx(o_in, mul(p, ow));
   // Phi, Phi-3, StableLM and GPT-NeoX build the rotated q by concatenating the rotary and
   // pass-through parts (cat): q is contiguous [b, heads, s, d], the CPU flash kernel's output
   // follows that layout, and transpose(1, 2).contiguous() is a copy that o_proj keeps (measured,
   // peakdump phi3-tiny lora fp32 sdpa: clone (2,64,8,16) next to the SDPA output)
   const bool cat_rotary = fam.rotary_by_cat;
-  if (o_in.shared && out_is_kept && (cat_rotary || impl.attn_output_copied) && r.device == Device::Cpu &&
+  if (o_in.shared && ak.out_is_kept && (cat_rotary || impl.attn_output_copied) && r.device == Device::Cpu &&
       r.attention == AttentionImpl::Sdpa)
-    keep(mul(p, ow));
-  keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));  // residual dropout after o_proj
+    kept.keep(mul(p, ow));
+  kept.keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));  // residual dropout after o_proj
   // Gemma2/Gemma3 also normalise the attention and MLP outputs before the residual add
   // (post_attention_layernorm, post_feedforward_layernorm): each keeps what a norm keeps.
   const bool post_norms = fam.post_norms;
-  if (post_norms) keep_hidden(norm(false));
+  if (post_norms) kept.keep_norm(norm_keeps(L, false));
   // (CPU SDPA's math path likewise: o_proj's node has run before the math ops' backward; measured,
   // peak dump of tuning case biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw at the PV bmm's
   // backward: neither the fp32 out_proj input nor the residual dropout's fp32 mask of layer 0)
-  const bool unfused_attention = r.attention == AttentionImpl::Eager || cpu_sdpa_math;
-  const u64 attn_tail = unfused_attention ? sub_floor(saved, before_tail) : 0;
+  const bool unfused_attention = r.attention == AttentionImpl::Eager || L.cpu_sdpa_math;
+  return unfused_attention ? sub_floor(kept.saved, before_tail) : 0;
+}
 
-  // ---- MLP block ---------------------------------------------------------------------------
-  const u64 before_mlp = saved;
-  u64 mlp_norm = 0;  // what the sequential block's second norm keeps
-  u64 mlp_pre_attn = 0;  // of the MLP's saved tensors, those made before the attention runs
+/// What the MLP block keeps and the moments inside it (bytes per token unless named).
+struct MlpBlock {
+  u64 before = 0;             ///< what the layer had saved before the block
+  u64 norm = 0;               ///< what the sequential block's second norm keeps
+  u64 pre_attn = 0;           ///< of the MLP's saved tensors, those made before the attention runs
+  SlotKeep down_in;           ///< what the Linears reading down_proj's input keep
+  u64 per_layer_const = 0;    ///< saved tensors whose size does not scale with tokens (bytes per layer)
+  u64 merged_grad = 0;        ///< PEFT-parametrised experts: the worst merged-weight gradient moment (bytes)
+  u64 shared_expert_bwd = 0;  ///< a shared expert run first: its act * up backward node (bytes)
+  u64 fwd_point = 0;          ///< dense MLP: largest live bytes per token at a forward moment inside it
+  u64 recompute_point = 0;    ///< the same in a checkpointed layer's recomputation (stops early)
+  bool recompute_stops = false;  ///< the recomputation ends before the layer's output exists
+  u64 saved = 0;              ///< what the block keeps (its second norm and the tail included)
+};
+
+
+/// PEFT's parametrised experts and router (Transformers 5 MoE): the merged weights the ops keep
+/// (per layer) and the worst moment of their gradients; returns whether the experts train.
+bool moe_merged_weights(const Layer& L, MlpBlock& mb) {
+  const LayerGroup& g = L.g;
+  const TrainableLinears& t = L.t;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, moe_slots = L.moe_slots, adapter_bytes = L.adapter_bytes;
+  const u64 wi = g.mlp_intermediate;
+  const bool full = L.full, fp32_router = L.fam.fp32_router;
+  bool experts_trained = full;
+  u64 merged_in = 0, merged_hidden = 0;  // merged fused-expert weights read by gate_up / by down
+  for (size_t i = 0; i < g.linears.size(); ++i) {
+    const Linear& l = g.linears[i];
+    if (full || !t.saves_input[i] || i >= t.parametrized.size() || !t.parametrized[i]) continue;
+    if (l.routed) {
+      experts_trained = true;
+      mb.per_layer_const = add(mb.per_layer_const, mul(p, l.weight_params()));  // merged W + B@A
+      if (l.input == LinearInput::MlpHidden) merged_hidden = add(merged_hidden, mul(p, l.weight_params()));
+      else merged_in = add(merged_in, mul(p, l.weight_params()));
+      // _LoraFactorsProxy: baddbmm(W, lhs, rhs) keeps the factors, which get_delta_factors casts
+      // to the weight's dtype: new tensors when the adapters' dtype differs (fp32 adapters on a
+      // bf16 model), views of the adapters otherwise. gate_up_proj: rank 2r, [E, 2i, 2r] and
+      // [E, 2r, h] (half on each of gate and up); down_proj: [E, h, r] and [E, r, i].
+      if (adapter_bytes != p) {
+        const u64 out = l.input == LinearInput::MlpIn ? mul(2, l.out) : l.out;
+        mb.per_layer_const = add(mb.per_layer_const, mul(p, t.lora_rank, l.copies, add(l.in, out)));
+      }
+    } else {
+      // a parametrised router: F.linear keeps the merged weight W + B@A [E, h] (DeepSeek-V3: its fp32 cast)
+      mb.per_layer_const = add(mb.per_layer_const, mul(fp32_router ? 4 : p, l.weight_params()));
+    }
+  }
+  // The merged weight is a non-leaf needing a gradient, so each grouped_mm's backward makes a
+  // weight gradient the size of the whole expert stack, in the model dtype, before baddbmm's
+  // node turns it into the factors' gradients (the node was created just before that grouped_mm
+  // when the parametrised weight was read, so it runs next and frees the gradient). At
+  // down_proj's node both merged weights are saved; the weighting mul's node has released the
+  // down output and left its gradient [S, h] in its place; the node makes dm [S, i] and the
+  // weight gradient. At gate_up_proj's node down's merged weight, its input (act * up), the
+  // activation output and the gate_up output are released; it makes the weight gradient next to
+  // d(gate_up) [S, 2i]. Measured, peak dump of tuning case
+  // mixtral/h512-L2-V2048/lora-r16-all/bf16/gc/eager/b1s24/sgd at the recomputed layer's
+  // _grouped_mm backward: the bf16 baddbmm outputs [4, 3584, 512] and [4, 512, 1792], the
+  // _grouped_mm weight gradient [4, 512, 1792] and dm [48, 1792] beside the saved tensors.
+  if (merged_hidden > 0 || merged_in > 0)
+    mb.merged_grad = std::max(add(merged_hidden, mul(tokens, moe_slots, p, wi)),
+                           sub_floor(merged_in, add(merged_hidden, mul(tokens, moe_slots, p, add(mul(2, wi), h)))));
+  // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
+  // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
+  // (the hidden states' dtype: fp32 under autocast)
+  return experts_trained;
+}
+
+/// The MoE block: router, routed experts (fused, grouped_mm), a shared expert.
+void moe_block(const Layer& L, Kept& kept, MlpBlock& mb) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, moe_slots = L.moe_slots, xp = L.xp;
+  const FamilyActivations& fam = L.fam;
+  // Transformers 5.x MoE blocks (Mixtral, Qwen2/3-MoE, DeepSeek-V3): the experts are fused
+  // [E, ...] parameters run with grouped_mm over the token slots sorted by expert. Measured per
+  // layer (analyze_saved.py on the tiny MoE configs, fp32/bf16, full and LoRA):
+  //  - router: the fp32 softmax (sigmoid) scores [T, E], the top-k indices int64 [T, k], and
+  //    when the top-k weights are renormalised (Mixtral, Qwen3-MoE, DeepSeek) their sum [T, 1]
+  //    and the fp32 top-k values [T, k] kept by the division;
+  //  - per routed slot (T*k of them): the int64 sort and inverse-sort indices, the gate_up
+  //    output [Tk, 2i] (kept whole by the activation: gate and up are views of it), the
+  //    activation output, the routing weight [Tk, 1] and the down output [Tk, h] (the weighting
+  //    mul keeps both); with trained experts also the gathered input [Tk, h] and act*up [Tk, i]
+  //    (grouped_mm keeps its input when its weight needs a gradient).
+  //  - PEFT (0.21) adapts fused experts by parametrisation: the merged weight W + B@A of each
+  //    fused tensor is a non-leaf that grouped_mm keeps, p x E x in x out per layer.
+  const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
+  const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
+  kept.keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
+  if (!g.experts_on_every_token)
+    mb.per_layer_const = add(mb.per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
+  const bool experts_trained = moe_merged_weights(L, mb);
+  const u64 route_w = fam.fp32_route_weights ? 4 : d.residual;
+  // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
+  // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
+  // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
+  // above, and nothing keeps the down output (the slots are summed, sum keeps nothing); with
+  // trained experts bmm also keeps its inputs (the weighted input and act*up). Measured, peak
+  // dump of llama4_text/lora/fp32/gc/eager: [4, 128, 192] gate_up, [4, 128, 96] silu output and
+  // the [512, 128] repeat output of the recomputed MoE layer.
+  // gpt-oss's gate (modeling_gpt_oss.py GptOssExperts._apply_gate) keeps the clamped gate,
+  // sigmoid(alpha * gate), up + 1 and glu: four [slots, i] tensors where act(gate) * up keeps
+  // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
+  const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
+  const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
+                                                : add(add(mul(3, 8), mul(xp, wi, add(2, gate_saves))), add(route_w, mul(xp, h)));
+  const u64 routed_kept = mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0));
+  kept.keep(routed_kept);
+  // A shared expert that runs first has its backward last: at its act * up node the routed
+  // experts' saved tensors and its down_proj input are released, and dm, d(act), d(up) [T, i]
+  // are alive beside the incoming gradient (measured, peak dump of tuning case
+  // qwen2_moe/h256-L3-V2048/full/fp32/gc/eager/b4s64/sgd at layer 0's mul: six fp32 [256, 1408]
+  // (gate and up outputs, silu's, dm and the two products' gradients) next to the routed stacks',
+  // the router's and the shared down_proj's gradients; the weight gradients are estimate.cpp's)
+  if (g.shared_intermediate > 0 && fam.shared_expert_first)
+    mb.shared_expert_bwd = mul(tokens, sub_floor(add(mul(d.residual, h), mul(3, p, g.shared_intermediate)),
+                                              add(routed_kept, mul(p, g.shared_intermediate))));
+  if (g.shared_intermediate > 0) {
+    // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
+    kept.keep(mlp_keeps(L, g.shared_intermediate, 1));
+    kept.keep(mb.down_in.extra);
+    if (mb.down_in.shared) kept.keep(mul(p, g.shared_intermediate));
+    kept.held_by_ctx(mb.down_in, mul(p, g.shared_intermediate));
+    if (fam.sigmoid_gated_shared_expert) kept.keep(add(mul(p, h), p));  // shared output and sigmoid gate
+  }
+}
+
+// Non-reentrant checkpointing stops the recomputation as soon as the last saved tensor is
+// recomputed (torch/utils/checkpoint.py: early_stop=True, _StopRecomputationError raised
+// from the pack hook, which autograd calls when an op saves its inputs, before the op runs).
+// With nothing saved after down_proj (no residual dropout, no post norm), its outputs are
+// never made again: a trained down_proj saves its input before its mm runs; an adapter's
+// lora_B saves its input after the frozen base output exists (measured, peak dumps of
+// one-shape gptj/lora/bf16/gc/eager: no [T, h] adapter output during the recomputation, and
+// of tuning case llama/lora/bf16/gc/sdpa/dropout0.1: no scaled copy).
+// GPT-2-style blocks keep their attn_output local through it.
+u64 recompute_down_output(const Layer& L, MlpBlock& mb) {
+  const ModelSpec& m = L.m;
+  const u64 p = L.p, h = L.h, adapter_bytes = L.adapter_bytes;
+  const bool post_norms = L.fam.post_norms;
+  const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
+  u64 recompute_down_out = saves_after_down ? linear_output(L, LinearInput::MlpHidden, h)
+                                            : (lora_on(L, LinearInput::MlpHidden) ? mul(p, h) : 0);
+  // Stopping at lora_B, the layer's output is never made either. Measured with adapters in the
+  // model dtype (tuning case phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum
+  // peaks at its MLP backward, below a recomputation counted with the output; fp32
+  // phi3/lora/fp32/gc/* and llama/lora/fp32/gc/eager/dropout0.1 agree): there the output is
+  // not counted, and at down_proj a second [T, h] beside the base output is (which tensor it
+  // is, is not established: one peak dump shows lora_B's output, another none). With fp32
+  // adapters on a half model the count above (base output, then the layer output) holds
+  // (one-shape gptj/codegen lora/bf16/gc/eager, llama/lora/bf16/gc/sdpa/dropout0.1).
+  if (lora_on(L, LinearInput::MlpHidden) && !saves_after_down && adapter_bytes == p) {
+    mb.recompute_stops = true;
+    recompute_down_out = mul(2, p, h);
+  }
+  return recompute_down_out;
+}
+
+/// A dense MLP (gated or plain): what it keeps and its forward and recomputation moments.
+void dense_mlp(const Layer& L, u64 first_norm_local, Kept& kept, MlpBlock& mb) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const u64 p = L.p, h = L.h, adapter_bytes = L.adapter_bytes, act_saves = L.act_saves;
+  const bool relu = L.relu;
+  const FamilyActivations& fam = L.fam;
+  // Forward moments inside the MLP, where its [T, i] tensors pile up (bytes per token, with
+  // what the layer has saved so far; each Linear's output as linear_output counts it).
+  const u64 wi = g.mlp_intermediate;
+  bool fused_gate_up = false;  // Phi-3: one gate_up_proj Linear [h -> 2i], chunked
+  for (const Linear& l : g.linears)
+    fused_gate_up = fused_gate_up || (l.input == LinearInput::MlpIn && l.out == mul(2, wi));
+  if (m.mlp == MlpKind::Gated && fused_gate_up) {
+    // gate_up(x) being computed: its [T, 2i] output (+ the adapter's)
+    mb.fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, mul(2, wi)));
+  } else if (m.mlp == MlpKind::Gated) {
+    // gate(x) -> act (keeps its input, output kept by the mul) -> up(x) being computed
+    mb.fwd_point = add(kept.saved, add(mul(p, wi, add(act_saves, 1)), linear_output(L, LinearInput::MlpIn, wi)));
+  } else {
+    // fc1(x) being computed
+    mb.fwd_point = add(kept.saved, linear_output(L, LinearInput::MlpIn, wi));
+  }
+  mb.recompute_point = mb.fwd_point;
+  kept.keep(mlp_keeps(L, wi, 1));
+  kept.keep(mb.down_in.extra);
+  const bool down_keeps_shared = mb.down_in.shared && !(m.mlp == MlpKind::Plain && relu);
+  if (down_keeps_shared) kept.keep(mul(p, wi));
+  kept.held_by_ctx(mb.down_in, mul(p, wi));
+  // down_proj running: its input (a transient when nothing keeps it: the gated product, or the
+  // output of an activation that keeps its input, e.g. gelu_new's last mul, measured
+  // gpt2/lora/bf16/gc/eager: the bf16 [T, 4h] mul output alive through c_proj's forward) and output
+  const bool act_out_kept = m.mlp == MlpKind::Plain && relu;  // relu keeps its output
+  const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
+  // With lora_dropout > 0 and an adapter dtype other than the model's, PEFT's LoRA forward
+  // (peft 0.21 tuners/lora/layer.py Linear.forward) holds the input cast to the adapter dtype
+  // in a local while lora_A and lora_B run: dropout keeps only its noise and lora_A the dropped
+  // copy, so the cast is a transient of its own (measured, peak dump of tuning case
+  // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy alive at the recomputed
+  // down_proj's adapter)
+  const u64 dropout_cast = (lora_on(L, LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
+                               ? mul(adapter_bytes, wi) : 0;
+  const u64 at_down = add(kept.saved, add(unsaved_in, dropout_cast));
+  mb.fwd_point = std::max(mb.fwd_point, add(at_down, linear_output(L, LinearInput::MlpHidden, h)));
+  mb.recompute_point = std::max(mb.recompute_point, add(at_down, recompute_down_output(L, mb)));
+  // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
+  // a local until the block returns: a [T, h] alive through the MLP that nothing saves
+  // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
+  // StableLM keeps its first norm's output too, a tensor of its own unless the attention's
+  // Linears keep it (trained, or adapters in its dtype) or the MLP reads it (parallel block).
+  // Measured, peak dump of tuning case
+  // stablelm/h384-L2-V1024/lora-r16-all/bf16/gc/eager/b4s128/adamw/gas2 at the recomputed
+  // up_proj's `* scaling`: both bf16 native_layer_norm outputs and o_proj's bf16 output beside
+  // the six fp32 adapter input casts, -2.2 % without these two [T, h].
+  const u64 block_locals = add(fam.block_keeps_attn_output ? mul(p, h) : 0, first_norm_local);
+  mb.fwd_point = add(mb.fwd_point, block_locals);
+  mb.recompute_point = add(mb.recompute_point, block_locals);
+}
+
+/// The MLP block, from the sequential block's second norm to its residual dropout / post norm.
+MlpBlock mlp_block(const Layer& L, u64 first_norm_local, Kept& kept) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, h = L.h, norm_out = L.norm_out;
+  const bool full = L.full, relu = L.relu;
+  const FamilyActivations& fam = L.fam;
+  MlpBlock mb;
+  mb.before = kept.saved;
   if (!m.parallel_block) {
     // NeoX / Falcon-40B read the same residual through both norms: its copy is kept once
     // (RMSNorm on half inputs makes separate fp32 copies).
-    mlp_norm = norm(m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4));
-    keep_hidden(mlp_norm);
-    const SlotKeep mlp_in = slot({LinearInput::MlpIn}, h, norm_out);
-    keep_hidden(mlp_in.extra);
-    if (mlp_in.shared) keep_hidden(mul(norm_out, h));
-    held_by_ctx(mlp_in, mul(norm_out, h));
+    mb.norm = norm_keeps(L, m.parallel_two_norms && (m.norm != NormKind::RMSNorm || d.residual == 4));
+    kept.keep_norm(mb.norm);
+    const SlotKeep mlp_in = slot_keep(L, {LinearInput::MlpIn}, h, norm_out);
+    kept.keep_hidden(mlp_in.extra);
+    if (mlp_in.shared) kept.keep_hidden(mul(norm_out, h));
+    kept.held_by_ctx(mlp_in, mul(norm_out, h));
     // FalconDecoderLayer with num_ln_in_parallel_attn == 2 runs ln_mlp before the attention
     // (modeling_falcon.py), so what it keeps is alive at the attention's forward moment (measured,
     // peak dump of tuning case falcon/h512-L2-V1024/lora-r8-all/fp32/nogc/eager/b2s160/adamw/gas2
     // at the last layer's _softmax: both norms' [2, 160, 512] outputs of that layer). GPT-NeoX
     // calls post_attention_layernorm after its attention.
     if (fam.mlp_norm_before_attention && m.parallel_two_norms)
-      mlp_pre_attn = add(mlp_norm, mlp_in.shared ? mul(norm_out, h) : 0);
+      mb.pre_attn = add(mb.norm, mlp_in.shared ? mul(norm_out, h) : 0);
   }
-  u64 per_layer_const = 0;  // saved tensors whose size does not scale with tokens
-  u64 merged_grad = 0;      // PEFT-parametrised experts: the worst merged-weight gradient moment (below)
-  u64 shared_expert_bwd = 0;  // a shared expert run first: its act * up backward node (below)
-  u64 mlp_fwd_point = 0;  // dense MLP: largest live bytes per token at a forward moment inside it
-  u64 mlp_recompute_point = 0;  // the same in a checkpointed layer's recomputation (stops early)
-  bool recompute_stops_in_mlp = false;  // the recomputation ends before the layer's output exists
-  const u64 act_saves = activation_saves(m.activation);
-  const bool relu = m.activation == "relu";
-  // Per token through one MLP of width w: the activation's saved input(s), the tensors the
-  // gated product keeps, and the input of down_proj (kept by it, or by relu as its output).
-  auto mlp = [&](u64 w, u64 share) {
-    u64 b = 0;
-    // compiled: the activation fuses with the product; the gate and up (or fc1) outputs are kept
-    // and act(gate) is recomputed in backward (down_proj still keeps its input)
-    if (r.runtime.compile) b = mul(p, w, m.mlp == MlpKind::Gated ? 2 : 1);
-    else if (m.mlp == MlpKind::Gated) b = add(mul(p, w, act_saves), mul(2, p, w));  // act in, act out, up out
-    else b = relu ? mul(p, w) : mul(p, w, act_saves);
-    return mul(b, share);
-  };
   // down_proj's input: in an MoE layer only the shared expert's down_proj reads it as a Linear
   // (the routed experts' are counted with the MoE block), so its width is the shared expert's.
-  SlotKeep down_in = slot({LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
-  // Under autocast slot() counts a half cast of each trained Linear's input, but fc2's input is
+  mb.down_in = slot_keep(L, {LinearInput::MlpHidden}, g.moe ? g.shared_intermediate : g.mlp_intermediate, p);
+  // Under autocast slot_keep counts a half cast of each trained Linear's input, but fc2's input is
   // relu's output, already half (fc1 ran in half) and kept by relu: autocast casts nothing and fc2
   // keeps that same tensor, as without autocast (measured, peak dump of tuning case
   // opt/h64-L3-V2048/full/amp_bf16/nogc/eager/b1s768/adamw: one bf16 relu [768, 256] per layer
   // and no half copy of it; a non-relu activation's output is a tensor of its own, kept by fc2)
   if (d.amp && full && !g.moe && m.mlp == MlpKind::Plain && relu)
-    down_in.extra = sub_floor(down_in.extra, mul(d.compute, g.mlp_intermediate));
-  if (g.moe) {
-    // Transformers 5.x MoE blocks (Mixtral, Qwen2/3-MoE, DeepSeek-V3): the experts are fused
-    // [E, ...] parameters run with grouped_mm over the token slots sorted by expert. Measured per
-    // layer (analyze_saved.py on the tiny MoE configs, fp32/bf16, full and LoRA):
-    //  - router: the fp32 softmax (sigmoid) scores [T, E], the top-k indices int64 [T, k], and
-    //    when the top-k weights are renormalised (Mixtral, Qwen3-MoE, DeepSeek) their sum [T, 1]
-    //    and the fp32 top-k values [T, k] kept by the division;
-    //  - per routed slot (T*k of them): the int64 sort and inverse-sort indices, the gate_up
-    //    output [Tk, 2i] (kept whole by the activation: gate and up are views of it), the
-    //    activation output, the routing weight [Tk, 1] and the down output [Tk, h] (the weighting
-    //    mul keeps both); with trained experts also the gathered input [Tk, h] and act*up [Tk, i]
-    //    (grouped_mm keeps its input when its weight needs a gradient).
-    //  - PEFT (0.21) adapts fused experts by parametrisation: the merged weight W + B@A of each
-    //    fused tensor is a non-leaf that grouped_mm keeps, p x E x in x out per layer.
-    const u64 e = g.experts, k = g.experts_per_token, wi = g.mlp_intermediate;
-    const bool renorm = m.norm_topk_prob;  // top-k weights renormalised: the sum and division stay
-    keep(add(mul(4, e), add(mul(8, k), renorm ? add(4, mul(4, k)) : 0)));
-    if (!g.experts_on_every_token)
-      per_layer_const = add(per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
-    bool experts_trained = full;
-    u64 merged_in = 0, merged_hidden = 0;  // merged fused-expert weights read by gate_up / by down
-    for (size_t i = 0; i < g.linears.size(); ++i) {
-      const Linear& l = g.linears[i];
-      if (full || !t.saves_input[i] || i >= t.parametrized.size() || !t.parametrized[i]) continue;
-      if (l.routed) {
-        experts_trained = true;
-        per_layer_const = add(per_layer_const, mul(p, l.weight_params()));  // merged W + B@A
-        if (l.input == LinearInput::MlpHidden) merged_hidden = add(merged_hidden, mul(p, l.weight_params()));
-        else merged_in = add(merged_in, mul(p, l.weight_params()));
-        // _LoraFactorsProxy: baddbmm(W, lhs, rhs) keeps the factors, which get_delta_factors casts
-        // to the weight's dtype: new tensors when the adapters' dtype differs (fp32 adapters on a
-        // bf16 model), views of the adapters otherwise. gate_up_proj: rank 2r, [E, 2i, 2r] and
-        // [E, 2r, h] (half on each of gate and up); down_proj: [E, h, r] and [E, r, i].
-        if (adapter_bytes != p) {
-          const u64 out = l.input == LinearInput::MlpIn ? mul(2, l.out) : l.out;
-          per_layer_const = add(per_layer_const, mul(p, t.lora_rank, l.copies, add(l.in, out)));
-        }
-      } else {
-        // a parametrised router: F.linear keeps the merged weight W + B@A [E, h] (DeepSeek-V3: its fp32 cast)
-        per_layer_const = add(per_layer_const, mul(fp32_router ? 4 : p, l.weight_params()));
-      }
-    }
-    // The merged weight is a non-leaf needing a gradient, so each grouped_mm's backward makes a
-    // weight gradient the size of the whole expert stack, in the model dtype, before baddbmm's
-    // node turns it into the factors' gradients (the node was created just before that grouped_mm
-    // when the parametrised weight was read, so it runs next and frees the gradient). At
-    // down_proj's node both merged weights are saved; the weighting mul's node has released the
-    // down output and left its gradient [S, h] in its place; the node makes dm [S, i] and the
-    // weight gradient. At gate_up_proj's node down's merged weight, its input (act * up), the
-    // activation output and the gate_up output are released; it makes the weight gradient next to
-    // d(gate_up) [S, 2i]. Measured, peak dump of tuning case
-    // mixtral/h512-L2-V2048/lora-r16-all/bf16/gc/eager/b1s24/sgd at the recomputed layer's
-    // _grouped_mm backward: the bf16 baddbmm outputs [4, 3584, 512] and [4, 512, 1792], the
-    // _grouped_mm weight gradient [4, 512, 1792] and dm [48, 1792] beside the saved tensors.
-    if (merged_hidden > 0 || merged_in > 0)
-      merged_grad = std::max(add(merged_hidden, mul(tokens, moe_slots, p, wi)),
-                             sub_floor(merged_in, add(merged_hidden, mul(tokens, moe_slots, p, add(mul(2, wi), h)))));
-    // the routing weight per slot: fp32 where the router's top-k values stay fp32 (Mixtral's
-    // softmax output, DeepSeek-V3's sigmoid scores); Qwen-MoE casts them to the model dtype
-    // (the hidden states' dtype: fp32 under autocast)
-    const u64 route_w = fam.fp32_route_weights ? 4 : d.residual;
-    // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
-    // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
-    // that input [ET, h] and the scores' copy [ET, 1] (model dtype), the experts' bmm outputs as
-    // above, and nothing keeps the down output (the slots are summed, sum keeps nothing); with
-    // trained experts bmm also keeps its inputs (the weighted input and act*up). Measured, peak
-    // dump of llama4_text/lora/fp32/gc/eager: [4, 128, 192] gate_up, [4, 128, 96] silu output and
-    // the [512, 128] repeat output of the recomputed MoE layer.
-    // gpt-oss's gate (modeling_gpt_oss.py GptOssExperts._apply_gate) keeps the clamped gate,
-    // sigmoid(alpha * gate), up + 1 and glu: four [slots, i] tensors where act(gate) * up keeps
-    // one (measured, analyze_saved.py gpt_oss-tiny --lora: four (256, 128) besides gate_up).
-    const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
-    const u64 per_slot = g.experts_on_every_token ? add(mul(p, wi, 3), add(p, mul(p, h)))
-                                                  : add(add(mul(3, 8), mul(xp, wi, add(2, gate_saves))), add(route_w, mul(xp, h)));
-    const u64 routed_kept = mul(moe_slots, add(per_slot, experts_trained ? add(mul(xp, h), mul(xp, wi)) : 0));
-    keep(routed_kept);
-    // A shared expert that runs first has its backward last: at its act * up node the routed
-    // experts' saved tensors and its down_proj input are released, and dm, d(act), d(up) [T, i]
-    // are alive beside the incoming gradient (measured, peak dump of tuning case
-    // qwen2_moe/h256-L3-V2048/full/fp32/gc/eager/b4s64/sgd at layer 0's mul: six fp32 [256, 1408]
-    // (gate and up outputs, silu's, dm and the two products' gradients) next to the routed stacks',
-    // the router's and the shared down_proj's gradients; the weight gradients are estimate.cpp's)
-    if (g.shared_intermediate > 0 && fam.shared_expert_first)
-      shared_expert_bwd = mul(tokens, sub_floor(add(mul(d.residual, h), mul(3, p, g.shared_intermediate)),
-                                                add(routed_kept, mul(p, g.shared_intermediate))));
-    if (g.shared_intermediate > 0) {
-      // the shared expert is an ordinary gated MLP; Qwen2-MoE gates its output with a sigmoid
-      keep(mlp(g.shared_intermediate, 1));
-      keep(down_in.extra);
-      if (down_in.shared) keep(mul(p, g.shared_intermediate));
-      held_by_ctx(down_in, mul(p, g.shared_intermediate));
-      if (fam.sigmoid_gated_shared_expert) keep(add(mul(p, h), p));  // shared output and sigmoid gate
-    }
-  } else {
-    // Forward moments inside the MLP, where its [T, i] tensors pile up (bytes per token, with
-    // what the layer has saved so far). A Linear's forward output is p x out; a LoRA adapter adds
-    // lora_B's output and its `* scaling` copy in the adapter dtype before PEFT adds them to the
-    // base output (measured: peft 0.21 LoraLayer.forward, fp32 and bf16 models alike).
-    const u64 wi = g.mlp_intermediate;
-    auto lora_on = [&](LinearInput in) {
-      if (full || t.lora_rank == 0) return false;
-      for (size_t i = 0; i < g.linears.size(); ++i)
-        if (g.linears[i].input == in && t.saves_input[i]) return true;
-      return false;
-    };
-    auto lin_out = [&](LinearInput in, u64 width) {
-      return mul(width, add(p, lora_on(in) ? mul(2, adapter_bytes) : 0));
-    };
-    bool fused_gate_up = false;  // Phi-3: one gate_up_proj Linear [h -> 2i], chunked
-    for (const Linear& l : g.linears)
-      fused_gate_up = fused_gate_up || (l.input == LinearInput::MlpIn && l.out == mul(2, wi));
-    if (m.mlp == MlpKind::Gated && fused_gate_up) {
-      // gate_up(x) being computed: its [T, 2i] output (+ the adapter's)
-      mlp_fwd_point = add(saved, lin_out(LinearInput::MlpIn, mul(2, wi)));
-    } else if (m.mlp == MlpKind::Gated) {
-      // gate(x) -> act (keeps its input, output kept by the mul) -> up(x) being computed
-      mlp_fwd_point = add(saved, add(mul(p, wi, add(act_saves, 1)), lin_out(LinearInput::MlpIn, wi)));
-    } else {
-      // fc1(x) being computed
-      mlp_fwd_point = add(saved, lin_out(LinearInput::MlpIn, wi));
-    }
-    mlp_recompute_point = mlp_fwd_point;
-    keep(mlp(wi, 1));
-    keep(down_in.extra);
-    const bool down_keeps_shared = down_in.shared && !(m.mlp == MlpKind::Plain && relu);
-    if (down_keeps_shared) keep(mul(p, wi));
-    held_by_ctx(down_in, mul(p, wi));
-    // down_proj running: its input (a transient when nothing keeps it: the gated product, or the
-    // output of an activation that keeps its input, e.g. gelu_new's last mul, measured
-    // gpt2/lora/bf16/gc/eager: the bf16 [T, 4h] mul output alive through c_proj's forward) and output
-    const bool act_out_kept = m.mlp == MlpKind::Plain && relu;  // relu keeps its output
-    const u64 unsaved_in = (!act_out_kept && !down_keeps_shared) ? mul(p, wi) : 0;
-    // With lora_dropout > 0 and an adapter dtype other than the model's, PEFT's LoRA forward
-    // (peft 0.21 tuners/lora/layer.py Linear.forward) holds the input cast to the adapter dtype
-    // in a local while lora_A and lora_B run: dropout keeps only its noise and lora_A the dropped
-    // copy, so the cast is a transient of its own (measured, peak dump of tuning case
-    // llama/lora/bf16/gc/sdpa/dropout0.1: an fp32 [T, i] _to_copy alive at the recomputed
-    // down_proj's adapter)
-    const u64 dropout_cast = (lora_on(LinearInput::MlpHidden) && r.lora.dropout > 0 && adapter_bytes != p)
-                                 ? mul(adapter_bytes, wi) : 0;
-    const u64 at_down = add(saved, add(unsaved_in, dropout_cast));
-    mlp_fwd_point = std::max(mlp_fwd_point, add(at_down, lin_out(LinearInput::MlpHidden, h)));
-    // Non-reentrant checkpointing stops the recomputation as soon as the last saved tensor is
-    // recomputed (torch/utils/checkpoint.py: early_stop=True, _StopRecomputationError raised
-    // from the pack hook, which autograd calls when an op saves its inputs, before the op runs).
-    // With nothing saved after down_proj (no residual dropout, no post norm), its outputs are
-    // never made again: a trained down_proj saves its input before its mm runs; an adapter's
-    // lora_B saves its input after the frozen base output exists (measured, peak dumps of
-    // one-shape gptj/lora/bf16/gc/eager: no [T, h] adapter output during the recomputation, and
-    // of tuning case llama/lora/bf16/gc/sdpa/dropout0.1: no scaled copy).
-    // GPT-2-style blocks keep their attn_output local through it.
-    const bool saves_after_down = m.hidden_dropout > 0 || post_norms;
-    u64 recompute_down_out = saves_after_down ? lin_out(LinearInput::MlpHidden, h)
-                                              : (lora_on(LinearInput::MlpHidden) ? mul(p, h) : 0);
-    // Stopping at lora_B, the layer's output is never made either. Measured with adapters in the
-    // model dtype (tuning case phi3/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s512/sgd_momentum
-    // peaks at its MLP backward, below a recomputation counted with the output; fp32
-    // phi3/lora/fp32/gc/* and llama/lora/fp32/gc/eager/dropout0.1 agree): there the output is
-    // not counted, and at down_proj a second [T, h] beside the base output is (which tensor it
-    // is, is not established: one peak dump shows lora_B's output, another none). With fp32
-    // adapters on a half model the count above (base output, then the layer output) holds
-    // (one-shape gptj/codegen lora/bf16/gc/eager, llama/lora/bf16/gc/sdpa/dropout0.1).
-    if (lora_on(LinearInput::MlpHidden) && !saves_after_down && adapter_bytes == p) {
-      recompute_stops_in_mlp = true;
-      recompute_down_out = mul(2, p, h);
-    }
-    mlp_recompute_point = std::max(mlp_recompute_point, add(at_down, recompute_down_out));
-    // GPT2Block / GPTBigCodeBlock keep the attention output (attn_output, after resid_dropout) as
-    // a local until the block returns: a [T, h] alive through the MLP that nothing saves
-    // (measured, gpt2/lora/bf16/gc/eager: the resid_dropout mul output next to ln_2's output)
-    // StableLM keeps its first norm's output too, a tensor of its own unless the attention's
-    // Linears keep it (trained, or adapters in its dtype) or the MLP reads it (parallel block).
-    // Measured, peak dump of tuning case
-    // stablelm/h384-L2-V1024/lora-r16-all/bf16/gc/eager/b4s128/adamw/gas2 at the recomputed
-    // up_proj's `* scaling`: both bf16 native_layer_norm outputs and o_proj's bf16 output beside
-    // the six fp32 adapter input casts, -2.2 % without these two [T, h].
-    const u64 block_locals = add(fam.block_keeps_attn_output ? mul(p, h) : 0, first_norm_local);
-    mlp_fwd_point = add(mlp_fwd_point, block_locals);
-    mlp_recompute_point = add(mlp_recompute_point, block_locals);
-  }
-  keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
-  if (post_norms) keep_hidden(norm(false));
-  const u64 mlp_saved = sub_floor(saved, before_mlp);
+    mb.down_in.extra = sub_floor(mb.down_in.extra, mul(d.compute, g.mlp_intermediate));
+  if (g.moe) moe_block(L, kept, mb);
+  else dense_mlp(L, first_norm_local, kept, mb);
+  kept.keep_hidden(mul(dropout_mask(m.hidden_dropout, r, p), h));
+  if (fam.post_norms) kept.keep_norm(norm_keeps(L, false));
+  mb.saved = sub_floor(kept.saved, mb.before);
+  return mb;
+}
 
-  LayerActivations out;
-  out.saved = add(mul(saved, tokens), mul(saved_s, tokens, s));
-  if (gemma_norm && m.norm == NormKind::RMSNorm) out.saved = add(out.saved, mul(norms_in_layer, 4, h));  // (1 + weight) fp32
+/// The walk of one layer: what each block keeps and the moments they leave for the totals below.
+struct LayerWalk {
+  Kept kept;
+  AttentionInput in;
+  AttentionKernel ak;
+  u64 attn_tail = 0;      ///< see attention_tail
+  bool unfused = false;   ///< eager attention or CPU SDPA's math path (LayerActivations::attention_backward_unfused)
+  MlpBlock mb;
+};
+
+LayerWalk walk_layer(const Layer& L) {
+  LayerWalk w;
+  w.in = attention_input(L, w.kept);
+  const Qkv qkv = projections(L, w.kept);
+  w.ak = attention_kernel(L, qkv, w.in.readers.shared, w.kept);
+  w.attn_tail = attention_tail(L, w.ak, w.kept);
+  w.unfused = L.r.attention == AttentionImpl::Eager || L.cpu_sdpa_math;
+  w.mb = mlp_block(L, w.in.first_norm_local, w.kept);
+  return w;
+}
+
+
+/// What the layer keeps for backward, in total and by part.
+void saved_totals(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const Request& r = L.r;
+  const FamilyActivations& fam = L.fam;
+  const Kept& kept = w.kept;
+  const SlotKeep& attn_in = w.in.readers;
+  const u64 p = L.p, h = L.h, a = L.a, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
+            first_norm = w.in.first_norm, first_qk_unkept = w.ak.first_qk_unkept, before_mlp = w.mb.before,
+            mlp_norm = w.mb.norm, per_layer_const = w.mb.per_layer_const;
+  const bool gemma_norm = L.gemma_norm;
+  out.saved = add(mul(kept.saved, tokens), mul(kept.per_pos, tokens, s));
+  if (gemma_norm && m.norm == NormKind::RMSNorm) out.saved = add(out.saved, mul(kept.norms, 4, h));  // (1 + weight) fp32
   out.saved = add(out.saved, per_layer_const);
-  out.saved_hidden = mul(hid, tokens);
+  out.saved_hidden = mul(kept.hidden, tokens);
   out.first_norm = mul(add(first_norm, attn_in.masks), tokens);
-  out.mlp_saved = mul(sub_floor(saved, before_mlp), tokens);
-  out.attn_saved = add(mul(before_mlp, tokens), mul(saved_s, tokens, s));
+  out.mlp_saved = mul(sub_floor(kept.saved, before_mlp), tokens);
+  out.attn_saved = add(mul(before_mlp, tokens), mul(kept.per_pos, tokens, s));
   out.first_norm_slot = mul(add(attn_in.extra, attn_in.shared ? mul(norm_out, h) : 0), tokens);
   out.mlp_norm = mul(mlp_norm, tokens);
   out.first_qk_unkept = mul(first_qk_unkept, tokens);
   if (r.attention == AttentionImpl::Eager && fam.loop_keeps_attention_probs) out.returned_probs = mul(p, a, tokens, s);
-  const u64 width_i = g.moe ? mul(moe_slots, g.mlp_intermediate) : g.mlp_intermediate;
+}
+
+/// The attention's forward moment (bytes, beyond the layer's saved total): its score tensors that
+/// the layer does not keep and the tensors around them, less what the MLP block saves after it
+/// (`mlp_after_attn` per token), which does not exist yet.
+u64 attention_forward_point(const Layer& L, const LayerWalk& w, u64 mlp_after_attn) {
+  const Request& r = L.r;
+  const FamilyActivations& fam = L.fam;
+  const Dtypes& d = L.d;
+  const Kept& kept = w.kept;
+  const MathLocals& math = w.ak.math;
+  const u64 p = L.p, h = L.h, qw = L.qw, kw = L.kw, s = L.s, tokens = L.tokens, fwd_s = w.ak.fwd_s;
+  // eager's score tensors exist at the attention moment, before the MLP has saved anything;
+  // the MLP moments come after they are freed
+  // (fwd_s counts every score tensor alive at the worst moment of the attention forward; the
+  // ones the layer keeps are already in its saved total, so only the excess is transient:
+  // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
+  // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
+  // holds more [s, s] tensors than the layer keeps)
+  // (CPU SDPA's math path: its own locals, see sdpa_math_locals, instead of the layer output's two [T, h])
+  // FalconAttention.forward and BloomAttention.forward keep query_key_value's output
+  // (`fused_qkv`) as a local until they return (tensor log of tuning case
+  // falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw: layer 1's mm [512, 240]
+  // alive at its _softmax, freed after the PV matmul; peak dump of
+  // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd: addmm (512, 384) at layer 1's attention)
+  const bool fused_qkv_kept = fam.fused_qkv_local;
+  const u64 fused_qkv_local = fused_qkv_kept && r.attention == AttentionImpl::Eager ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
+  const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
+                                    : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
+  return sub_floor(add(mul(sub_floor(fwd_s, kept.per_pos), tokens, s), around_scores), mul(tokens, mlp_after_attn));
+}
+
+/// The worst moments of the layer's forward and of its recomputation under checkpointing.
+void forward_moments(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const Dtypes& d = L.d;
+  const Kept& kept = w.kept;
+  const u64 p = L.p, h = L.h, s = L.s, tokens = L.tokens, moe_slots = L.moe_slots, xp = L.xp,
+            fwd_s = w.ak.fwd_s, fwd_only_s = w.ak.fwd_only_s, mlp_fwd_point = w.mb.fwd_point,
+            mlp_recompute_point = w.mb.recompute_point, width_i = L.mlp_width, wp = L.mlp_elem;
+  const bool recompute_stops_in_mlp = w.mb.recompute_stops;
   // Forward transient: eager's unsaved score tensors, or an MLP intermediate between ops,
   // plus the layer output.
-  const u64 wp = g.moe ? xp : p;  // bytes per element of the MLP intermediates
   out.forward_transient = add(mul(fwd_s, tokens, s), mul(tokens, add(mul(wp, width_i), mul(2, d.residual, h))));
-  {
-    // eager's score tensors exist at the attention moment, before the MLP has saved anything;
-    // the MLP moments come after they are freed
-    // (fwd_s counts every score tensor alive at the worst moment of the attention forward; the
-    // ones the layer keeps are already in its saved total, so only the excess is transient:
-    // measured, tuning cases biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd and
-    // gpt_bigcode/h256-L2-V1024/full/fp32/gc/eager/b2s384/sgd, whose recomputed forward never
-    // holds more [s, s] tensors than the layer keeps)
-    // (CPU SDPA's math path: its own locals, listed above, instead of the layer output's two [T, h])
-    // FalconAttention.forward and BloomAttention.forward keep query_key_value's output
-    // (`fused_qkv`) as a local until they return (tensor log of tuning case
-    // falcon/h192-L2-V1024/lora-r16-mlp/fp32/nogc/eager/b2s256/adamw: layer 1's mm [512, 240]
-    // alive at its _softmax, freed after the PV matmul; peak dump of
-    // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd: addmm (512, 384) at layer 1's attention)
-    const bool fused_qkv_kept = fam.fused_qkv_local;
-    const u64 fused_qkv_local = fused_qkv_kept && r.attention == AttentionImpl::Eager ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
-    const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
-                                      : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
-    const u64 mlp_after_attn = sub_floor(mlp_saved, mlp_pre_attn);
-    const u64 attn_point = sub_floor(add(mul(sub_floor(fwd_s, saved_s), tokens, s), around_scores),
-                                     mul(tokens, mlp_after_attn));
-    if (!g.moe) {
-      // dense: the MLP moments, the layer output next to its input
-      const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, saved_s), tokens, s), mul(tokens, 2, d.residual, h)),
-                                                                 mul(tokens, mlp_after_attn))
-                                                       : attn_point;
-      out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, saved), mul(d.residual, h))));
-      out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
-    } else {
-      // MoE: an expert intermediate per routed slot and the layer output next to its input.
-      // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
-      // and down_proj_bias[expert_ids] [S, h], into locals of grouped_mm_experts_forward
-      // (transformers integrations/moe.py) that live until it returns (measured, peak dump of
-      // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
-      u64 gathered_bias = 0;
-      for (const Linear& l : g.linears)
-        if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, xp, l.out));
-      out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(wp, width_i), gathered_bias), mul(2, d.residual, h))));
-      out.recompute_transient = out.forward_transient;
-      // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
-      // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
-      // which is where the recomputation stops (its down_proj's last saving op); by then the
-      // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
-      // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
-      if (g.experts_on_every_token)
-        out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
-    }
+  const u64 mlp_after_attn = sub_floor(w.mb.saved, w.mb.pre_attn);
+  const u64 attn_point = attention_forward_point(L, w, mlp_after_attn);
+  if (!g.moe) {
+    // dense: the MLP moments, the layer output next to its input
+    const u64 fwd_attn_point = fwd_only_s > fwd_s ? sub_floor(add(mul(sub_floor(fwd_only_s, kept.per_pos), tokens, s), mul(tokens, 2, d.residual, h)),
+                                                               mul(tokens, mlp_after_attn))
+                                                     : attn_point;
+    out.forward_transient = std::max(fwd_attn_point, mul(tokens, add(sub_floor(mlp_fwd_point, kept.saved), mul(d.residual, h))));
+    out.recompute_transient = std::max(attn_point, mul(tokens, add(sub_floor(mlp_recompute_point, kept.saved), recompute_stops_in_mlp ? 0 : mul(d.residual, h))));
+  } else {
+    // MoE: an expert intermediate per routed slot and the layer output next to its input.
+    // Biased experts (gpt-oss) gather each slot's biases, gate_up_proj_bias[expert_ids] [S, 2i]
+    // and down_proj_bias[expert_ids] [S, h], into locals of grouped_mm_experts_forward
+    // (transformers integrations/moe.py) that live until it returns (measured, peak dump of
+    // gpt_oss/lora/fp32/gc/eager: index (256, 256) and (256, 128) at the recomputed MoE block).
+    u64 gathered_bias = 0;
+    for (const Linear& l : g.linears)
+      if (l.routed && l.bias && !g.experts_on_every_token) gathered_bias = add(gathered_bias, mul(moe_slots, xp, l.out));
+    out.forward_transient = std::max(attn_point, mul(tokens, add(add(mul(wp, width_i), gathered_bias), mul(2, d.residual, h))));
+    out.recompute_transient = out.forward_transient;
+    // Every expert on every token (Llama4TextMoe.forward): the weighted input `routed_in` and
+    // the experts' output `routed_out` [E*T, h] are locals alive while the shared expert runs,
+    // which is where the recomputation stops (its down_proj's last saving op); by then the
+    // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
+    // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
+    if (g.experts_on_every_token)
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
   }
-  // Backward transient: gradients flowing through the residual stream (in and out) plus the
-  // larger of the MLP intermediate gradients (while all of the layer's tensors are still saved)
-  // and the attention gradients (by then the MLP's saved tensors have been released).
+}
+
+// Autocast without checkpointing keeps every Linear's half weight copy from the forward (states.cpp
+// casts); the down projection's (dense MLPs) is the one its node releases in the MLP's backward.
+bool amp_weight_casts_kept(const Layer& L) {
+  return L.d.amp && !L.r.gradient_checkpointing && L.r.task != Task::Qlora && !L.g.frozen;
+}
+
+/// The MoE block's backward moments; returns the worst of them and `mlp_bwd` (bytes).
+u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const Dtypes& d = L.d;
+  const u64 h = L.h, tokens = L.tokens, moe_slots = L.moe_slots, xp = L.xp, merged_grad = w.mb.merged_grad,
+            shared_expert_bwd = w.mb.shared_expert_bwd;
+  const bool full = L.full;
+  // MoE backward, measured (peakdump, deepseek_v3/lora/fp32/gc/sdpa): with every saved tensor
+  // of the block still alive, the incoming gradient [T, h] and three [T*k, h] gradients are
+  // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
+  // weighting mul's gradient of the down output (allocated by the autograd engine, no
+  // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
+  out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
+  out.shared_expert_backward = shared_expert_bwd;
+  mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
+  mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
+  // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient
+  // [S, h] and then the weight gradient of the whole stack [E, h, 2i] next to d(gate_up) [S, 2i];
+  // by then the block's nodes after it have released gate_up's output, the activation's, act * up
+  // and the down output. Measured, peak dump of tuning case
+  // mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd at the recomputed layer 0's _grouped_mm:
+  // the bf16 [4, 3584, 512] weight gradient, cat [512, 3584], _grouped_mm [512, 512] and the
+  // gathered input beside down_proj's [4, 512, 1792] gradient (estimate.cpp adds the latter).
+  if (full && !g.experts_on_every_token) {
+    u64 stack = 0;
+    for (const Linear& l : g.linears)
+      if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
+    const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
+    const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
+    const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
+    out.moe_weight_grad_moment = sub_floor(made, released);
+  }
+  return mlp_bwd;
+}
+
+/// The MLP block's backward moments (dense and MoE): mlp_backward_transient and mlp_backward_at_down.
+void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Dtypes& d = L.d;
+  const SlotKeep& down_in = w.mb.down_in;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, act_saves = L.act_saves, width_i = L.mlp_width,
+            wp = L.mlp_elem;
+  const bool full = L.full, relu = L.relu, amp_casts_kept = amp_weight_casts_kept(L);
   // MLP backward (dense layers), measured op by op on CPU (validate/NOTES.md): the incoming
   // residual gradient g [T, h] is alive throughout. down_proj's node computes the gradient of its
   // input dm [T, i] and then releases what it saved (its input, LoRA's rank-r intermediate and
@@ -1043,37 +1381,8 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // then produces d(act) and d(up) next to dm (3 x [T, i]) before releasing act and up.
   u64 mlp_bwd = mul(tokens, mul(3, wp, width_i));
   u64 mlp_at_down = 0;  // dense MLPs: the down projection's node (MoE: its whole worst moment)
-  if (g.moe) {
-    // MoE backward, measured (peakdump, deepseek_v3/lora/fp32/gc/sdpa): with every saved tensor
-    // of the block still alive, the incoming gradient [T, h] and three [T*k, h] gradients are
-    // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
-    // weighting mul's gradient of the down output (allocated by the autograd engine, no
-    // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-    out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
-    out.shared_expert_backward = shared_expert_bwd;
-    mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
-    mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
-    // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient
-    // [S, h] and then the weight gradient of the whole stack [E, h, 2i] next to d(gate_up) [S, 2i];
-    // by then the block's nodes after it have released gate_up's output, the activation's, act * up
-    // and the down output. Measured, peak dump of tuning case
-    // mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd at the recomputed layer 0's _grouped_mm:
-    // the bf16 [4, 3584, 512] weight gradient, cat [512, 3584], _grouped_mm [512, 512] and the
-    // gathered input beside down_proj's [4, 512, 1792] gradient (estimate.cpp adds the latter).
-    if (full && !g.experts_on_every_token) {
-      u64 stack = 0;
-      for (const Linear& l : g.linears)
-        if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
-      const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
-      const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
-      const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
-      out.moe_weight_grad_moment = sub_floor(made, released);
-    }
-  }
-  // Autocast without checkpointing keeps every Linear's half weight copy from the forward (states.cpp
-  // casts); the down projection's (dense MLPs) is the one its node releases in the MLP's backward.
-  const bool amp_casts_kept = d.amp && !r.gradient_checkpointing && r.task != Task::Qlora && !g.frozen;
-  u64 down_cast = 0;
+  if (g.moe) mlp_bwd = moe_backward(L, w, mlp_bwd, out);
+  u64 down_cast = 0;  // the down projection's half weight copy (see amp_weight_casts_kept)
   for (const Linear& lin : g.linears)
     if (amp_casts_kept && lin.input == LinearInput::MlpHidden && !lin.routed) down_cast = add(down_cast, mul(2, lin.weight_params()));
   if (!g.moe) {
@@ -1108,6 +1417,20 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
       mlp_bwd = add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later));
     }
   }
+  out.mlp_backward_transient = mlp_bwd;
+  out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
+}
+
+/// The attention block's worst backward moment, and what the MLP and the block's tail have released by then.
+void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const u64 p = L.p, h = L.h, ow = L.ow, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
+            bwd_s = w.ak.bwd_s, bwd_tok = w.ak.bwd_tok, attn_tail = w.attn_tail, mlp_norm = w.mb.norm,
+            per_layer_const = w.mb.per_layer_const, mlp_saved = w.mb.saved;
+  const bool unfused_attention = w.unfused, amp_casts_kept = amp_weight_casts_kept(L);
   // A parallel block's MLP Linears read the first norm's output: what they keep of it (LoRA's own
   // casts and rank-r outputs, autocast's half casts, the output itself when only they read it)
   // goes when their nodes run, before the attention's backward (measured, peak dump of tuning
@@ -1115,7 +1438,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   // the fp32 casts and lora_A outputs of q, k and v, none of fc1's)
   u64 mlp_readers = 0;
   if (m.parallel_block) {
-    const SlotKeep mlp_side = slot({LinearInput::MlpIn}, h, norm_out), attn_side = slot({LinearInput::AttnIn}, h, norm_out);
+    const SlotKeep mlp_side = slot_keep(L, {LinearInput::MlpIn}, h, norm_out), attn_side = slot_keep(L, {LinearInput::AttnIn}, h, norm_out);
     mlp_readers = add(mlp_side.extra, mlp_side.shared && !attn_side.shared ? mul(norm_out, h) : 0);
   }
   // By the attention's backward the MoE block has released its per-layer tensors too: PEFT's
@@ -1154,45 +1477,64 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
         out.attention_released = add(out.attention_released, mul(2, lin.weight_params()));
   }
   out.attention_backward_unfused = unfused_attention;
-  out.mlp_backward_transient = mlp_bwd;
-  out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
-  out.backward_transient = std::max(mlp_bwd, out.attention_backward_transient);
-  if (d.amp) {
-    // the half gradient of the largest trained Linear before its cast to the fp32 .grad
-    u64 biggest = 0;
-    for (size_t i = 0; i < g.linears.size(); ++i)
-      if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
-    out.backward_transient = add(out.backward_transient, mul(2, biggest));
-    out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
-    if (!amp_casts_kept || g.moe) out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
-    if (!amp_casts_kept || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
-    out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
+}
+
+/// Autocast: the half gradient of the largest trained Linear, alive before its cast to the fp32 .grad.
+void autocast_half_gradient(const Layer& L, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const TrainableLinears& t = L.t;
+  const bool full = L.full, amp_casts_kept = amp_weight_casts_kept(L);
+  // the half gradient of the largest trained Linear before its cast to the fp32 .grad
+  u64 biggest = 0;
+  for (size_t i = 0; i < g.linears.size(); ++i)
+    if (t.saves_input[i] && full) biggest = std::max(biggest, g.linears[i].weight_params() / g.linears[i].copies);
+  out.backward_transient = add(out.backward_transient, mul(2, biggest));
+  out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
+  if (!amp_casts_kept || g.moe) out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
+  if (!amp_casts_kept || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
+  out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
+}
+
+/// QLoRA: the dequantized weight of the largest quantized Linear.
+void qlora_dequantized_weight(const Layer& L, LayerActivations& out) {
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const bool bnb4 = L.bnb4;
+  // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
+  // backward (bitsandbytes MatMul4Bit: dequantize_4bit to the compute dtype; GPTQ/AWQ
+  // kernels' fallbacks alike): one dense copy of the largest such weight is live then.
+  // Forward runs inside the gemm_4bit custom op (CUDA: dequantize + F.linear past the fused
+  // kernel's small-M range, i.e. in training; CPU: the same inside the op, scratch the CPU
+  // validator's live-tensor view does not see). Backward calls dequantize_4bit outside the op
+  // (bitsandbytes autograd/_functions.py MatMul4Bit.backward): measured on CPU, the checkpointed
+  // runs' peak holds one dequantized [i, h] weight (peak dump llama/qlora-nf4/bf16/gc/sdpa), a
+  // moment the layer's backward_transient already spans: adding it there again overshoots
+  // every gc QLoRA case of the suite by 2.5-3 % (data/measurements/cpu-suite-frameworks.jsonl).
+  u64 biggest = 0;
+  for (const Linear& l : g.linears)
+    if (!l.routed) biggest = std::max(biggest, l.weight_params());
+  const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
+  // Lightning's 4-bit layers were quantized from fp16: dequantize_4bit's fp16 copy and its cast
+  // to the compute dtype are alive together (frameworks.hpp bnb_quantized_from_fp16)
+  const bool fp16_source = bnb4 && r.precision != Precision::Fp16 &&
+                           framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantized_from_fp16;
+  const u64 deq = mul(add(load, fp16_source ? 2 : 0), biggest);
+  if (r.device == Device::Cuda) {
+    out.forward_transient = add(out.forward_transient, deq);
+    out.recompute_transient = add(out.recompute_transient, deq);
   }
-  if (r.task == Task::Qlora && r.quantization != Quantization::None) {
-    // A quantized Linear dequantizes its whole weight for the matmul, in forward and again in
-    // backward (bitsandbytes MatMul4Bit: dequantize_4bit to the compute dtype; GPTQ/AWQ
-    // kernels' fallbacks alike): one dense copy of the largest such weight is live then.
-    // Forward runs inside the gemm_4bit custom op (CUDA: dequantize + F.linear past the fused
-    // kernel's small-M range, i.e. in training; CPU: the same inside the op, scratch the CPU
-    // validator's live-tensor view does not see). Backward calls dequantize_4bit outside the op
-    // (bitsandbytes autograd/_functions.py MatMul4Bit.backward): measured on CPU, the checkpointed
-    // runs' peak holds one dequantized [i, h] weight (peak dump llama/qlora-nf4/bf16/gc/sdpa), a
-    // moment the layer's backward_transient below already spans: adding it there again overshoots
-    // every gc QLoRA case of the suite by 2.5-3 % (data/measurements/cpu-suite-frameworks.jsonl).
-    u64 biggest = 0;
-    for (const Linear& l : g.linears)
-      if (!l.routed) biggest = std::max(biggest, l.weight_params());
-    const u64 load = r.precision == Precision::Fp32 ? 4 : 2;
-    // Lightning's 4-bit layers were quantized from fp16: dequantize_4bit's fp16 copy and its cast
-    // to the compute dtype are alive together (frameworks.hpp bnb_quantized_from_fp16)
-    const bool fp16_source = bnb4 && r.precision != Precision::Fp16 &&
-                             framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantized_from_fp16;
-    const u64 deq = mul(add(load, fp16_source ? 2 : 0), biggest);
-    if (r.device == Device::Cuda) {
-      out.forward_transient = add(out.forward_transient, deq);
-      out.recompute_transient = add(out.recompute_transient, deq);
-    }
-  }
+}
+
+/// Full activation checkpointing: what is kept per layer, held while it recomputes, and re-created.
+void checkpointing(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const TrainableLinears& t = L.t;
+  const Dtypes& d = L.d;
+  const Kept& kept = w.kept;
+  const u64 p = L.p, h = L.h, tokens = L.tokens, adapter_bytes = L.adapter_bytes, moe_slots = L.moe_slots,
+            xp = L.xp;
+  const bool full = L.full;
   out.checkpoint_saved = mul(tokens, d.residual, h);
   // Non-reentrant checkpointing recomputes the layer when its backward first unpacks a saved
   // tensor. With a LoRA adapter on the MLP's output Linear that is lora_B's mm: the nodes before
@@ -1219,8 +1561,20 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   out.recomputed = sub_floor(out.saved, first_norm_keeps_input ? out.checkpoint_saved : 0);
   // Quantized Linears' contexts of the first forward hold their inputs past checkpointing (see
   // slot); the recomputation's own contexts die with its graph, so what only they hold is not re-created
-  out.checkpoint_ctx_held = mul(tokens, ctx_held);
-  out.recomputed = sub_floor(out.recomputed, mul(tokens, ctx_only));
+  out.checkpoint_ctx_held = mul(tokens, kept.ctx_held);
+  out.recomputed = sub_floor(out.recomputed, mul(tokens, kept.ctx_only));
+}
+
+/// A no-grad forward of the layer (prefill, frozen bottom layers).
+void no_grad_forward(const Layer& L, LayerActivations& out) {
+  const ModelSpec& m = L.m;
+  const LayerGroup& g = L.g;
+  const Request& r = L.r;
+  const Dtypes& d = L.d;
+  const FamilyActivations& fam = L.fam;
+  const u64 p = L.p, h = L.h, a = L.a, qw = L.qw, kw = L.kw, ow = L.ow, s = L.s, tokens = L.tokens,
+            moe_slots = L.moe_slots, act_saves = L.act_saves;
+  const bool fp32_softmax = eager_softmax_in_fp32(L);
   // No-grad forward (prefill), measured op by op (tracker, llama/gpt2/mixtral inference cases):
   // at the MLP of a layer past the first, [T, h] tensors alive are the model's inputs_embeds
   // (still referenced by the model's forward), the layer input, the post-attention residual and
@@ -1260,6 +1614,30 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   }
   out.inference_transient = add(mul(hidden_live, tokens),
                                 std::max(mul(mlp_live, tokens), attn_moment));
+}
+
+}  // namespace
+
+// One layer: walk_layer counts what each block keeps in op order (attention_input, projections,
+// attention_kernel, attention_tail, mlp_block); the saved totals and the forward, backward,
+// checkpointing and no-grad moments are then read off the walk.
+LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, const Request& r,
+                                   const TrainableLinears& t, u64 tokens, u64 seq) {
+  const Layer L = layer_of(m, g, r, t, tokens, seq);
+  const LayerWalk w = walk_layer(L);
+  LayerActivations out;
+  saved_totals(L, w, out);
+  forward_moments(L, w, out);
+  mlp_backward(L, w, out);
+  attention_backward(L, w, out);
+  // Backward transient: gradients flowing through the residual stream (in and out) plus the
+  // larger of the MLP intermediate gradients (while all of the layer's tensors are still saved)
+  // and the attention gradients (by then the MLP's saved tensors have been released).
+  out.backward_transient = std::max(out.mlp_backward_transient, out.attention_backward_transient);
+  if (L.d.amp) autocast_half_gradient(L, out);
+  if (r.task == Task::Qlora && r.quantization != Quantization::None) qlora_dequantized_weight(L, out);
+  checkpointing(L, w, out);
+  no_grad_forward(L, out);
   return out;
 }
 
