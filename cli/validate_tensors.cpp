@@ -257,11 +257,19 @@ TensorCase compare_case(const Case& k, const json& t) {
   }
   std::map<std::string, json> by_name;
   for (const json& l : lists["lists"]) by_name[l["list"].get<std::string>()] = l;
+  // the decoder list that describes a layer (the decoder may be groups of layers with their own lists)
+  auto decoder_list = [&](long layer) -> std::string {
+    for (const json& l : lists["lists"])
+      if (l.contains("layers") && layer >= l["layers"]["first"].get<long>() &&
+          layer < l["layers"]["first"].get<long>() + l["layers"]["count"].get<long>())
+        return l["list"].get<std::string>();
+    return "layer";
+  };
   const bool gc = lists["checkpointing"].get<bool>();
   const std::vector<Recorded> rows = recorded_rows(t);
   for (long layer = -1; layer <= layers; ++layer) {
     Group g;
-    g.list = layer < 0 ? "embedding" : layer == layers ? "head" : layer == 0 && by_name.count("first_layer") ? "first_layer" : "layer";
+    g.list = layer < 0 ? "embedding" : layer == layers ? "head" : decoder_list(layer);
     g.where = layer < 0 ? "embedding" : layer == layers ? "head" : "layer " + std::to_string(layer);
     const bool recomputed = gc && layer >= 0 && layer < layers;
     const std::string fwd = (recomputed ? "r" : "f") + std::to_string(layer), bwd = "b" + std::to_string(layer);

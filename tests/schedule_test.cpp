@@ -137,6 +137,54 @@ TEST_CASE("the periodic shortcut equals the full simulation") {
             }
 }
 
+// A grouped decoder (groups of identical layers with their own sizes, lists and parameters, as
+// DeepSeek-V3's dense then MoE layers): each group is one periodic loop of the shortcut.
+TEST_CASE("the periodic shortcut equals the full simulation on a grouped decoder") {
+  for (bool full : {true, false})
+    for (bool half : {false, true})
+      for (bool gc : {false, true})
+        for (u64 first : {1u, 2u, 5u})
+          for (u64 second : {1u, 3u})
+            for (u64 micro : {1u, 2u}) {
+              StepSetup s = tiny_setup(full, half, false, gc, first + second);
+              s.accumulation = micro;
+              Dims wide = s.dims;
+              wide.i = 3 * s.dims.i;  // the second group's MLP is wider, its parameters larger
+              LayerSetup eager = s.layer;
+              eager.eager = true;  // and its list differs
+              s.groups = {{"dense_layer", first, s.layer, s.dims, {}, 0}, {"wide_layer", second, eager, wide, {}, 0}};
+              for (bool cuda : {false, true}) {
+                s.round_512 = cuda;
+                INFO("full " << full << " half " << half << " gc " << gc << " groups " << first << " + " << second
+                             << " micro-batches " << micro);
+                CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+              }
+            }
+}
+
+TEST_CASE("a grouped decoder's tables name each group's list and the layers it describes") {
+  StepSetup s = tiny_setup(false, false, false, false, 4);
+  Dims wide = s.dims;
+  wide.i = 3 * s.dims.i;
+  s.groups = {{"dense_layer", 1, s.layer, s.dims, {}, 0}, {"wide_layer", 3, s.layer, wide, {}, 0}};
+  const std::vector<ListTable> t = tensor_tables(s);
+  REQUIRE(t.size() == 4);  // embedding, first_layer (LoRA without checkpointing), wide_layer, head
+  CHECK(t[1].list == "first_layer");
+  CHECK((t[1].first == 0 && t[1].count == 1));
+  CHECK(t[2].list == "wide_layer");
+  CHECK((t[2].first == 1 && t[2].count == 3));
+  // the wide group's gate projection is three times the dense group's
+  auto bytes_of = [](const ListTable& l, std::string_view n) {
+    for (const TensorRow& r : l.forward)
+      if (r.name == n) return r.bytes;
+    return u64{0};
+  };
+  CHECK(bytes_of(t[2], "gate_proj.out") == 3 * bytes_of(t[1], "gate_proj.out"));
+  // a grouped step is not the one-group step of its first group's sizes
+  StepSetup one = tiny_setup(false, false, false, false, 4);
+  CHECK(peak_allocated(s) != peak_allocated(one));
+}
+
 // A later micro-batch adds each new weight gradient into the kept .grad (AccumulateGrad): it allocates
 // one more tensor per trained weight of the first micro-batch's size, and frees all of them.
 TEST_CASE("a later micro-batch's weight gradients are made and freed, the first's kept") {

@@ -33,5 +33,8 @@ extern const FamilyEdits kGptOssEdits;
 /// Qwen2-MoE (shared expert) and Qwen3-MoE (q/k norms) (layer_ops_moe.cpp).
 extern const FamilyEdits kQwen2MoeEdits;
 extern const FamilyEdits kQwen3MoeEdits;
+/// DeepSeek-V3: multi-head latent attention; dense layers, then MoE layers with a sigmoid,
+/// group-limited router and a shared MLP (a grouped decoder: LayerSetup::moe picks the MLP).
+extern const FamilyEdits kDeepseekV3Edits;
 
 }  // namespace memfit::sched

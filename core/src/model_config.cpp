@@ -346,6 +346,8 @@ void build_llama_like(Builder& b) {
     first_dense = r.size_or({"first_k_dense_replace"}, 0);
     moe_freq = r.size_or({"moe_layer_freq"}, 1);
     router_bias_param = r.text_or({"topk_method"}, "") == "noaux_tc";
+    m.router_groups = r.size_or({"n_group"}, 0);
+    m.router_topk_groups = r.size_or({"topk_group"}, 0);
     if (r.size_or({"num_nextn_predict_layers"}, 0) > 0)
       m.notes.push_back("the multi-token-prediction layer(s) stored in the checkpoint are not counted: Transformers does not load them");
   }

@@ -454,32 +454,115 @@ std::vector<ParamTensor> outer_params(const StepSetup& s) {
   return p;
 }
 
+/// The optimizer's step: its state at the first step, then the foreach temporaries (one per
+/// parameter), in module order: the leading outer parameters, each group's layers, the rest.
+void optimizer_step(Sink& sink, const StepSetup& s, const std::vector<ParamTensor>& op, size_t lead,
+                    const std::vector<std::pair<u64, const std::vector<ParamTensor>*>>& module_layers, bool first) {
+  auto trained = [&](const std::vector<ParamTensor>& ps) {
+    std::vector<u64> b;
+    for (const ParamTensor& t : ps)
+      if (t.trained) b.push_back(t.bytes);
+    return b;
+  };
+  const std::vector<u64> to_lead = trained({op.begin(), op.begin() + static_cast<std::ptrdiff_t>(lead)}),
+                         to = trained({op.begin() + static_cast<std::ptrdiff_t>(lead), op.end()});
+  std::vector<std::vector<u64>> tl;
+  for (const auto& ml : module_layers) tl.push_back(trained(*ml.second));
+  if (first) {
+    // per parameter, in the order the optimizer walks them (module order): the step counter, then
+    // exp_avg and exp_avg_sq (torch/optim/adam.py _init_group). The counter is a 0-d fp32 tensor on
+    // the parameter's device with fused=True; foreach without capturable keeps it on the CPU
+    // ("special device hosting for step"), off the GPU.
+    const u64 counter = s.optimizer == StepOptimizer::AdamWFused ? 4 : 0;
+    auto state = [&](u64 b) {
+      sink.alloc(counter, "optimizer_step");
+      sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state");
+    };
+    for (u64 b : to_lead) state(b);
+    for (size_t g = 0; g < tl.size(); ++g)
+      sink.repeat(module_layers[g].first, [&](u64) { for (u64 b : tl[g]) state(b); });
+    for (u64 b : to) state(b);
+  }
+  if (s.optimizer != StepOptimizer::AdamWForeach) return;
+  std::vector<int> tmp;
+  for (u64 b : to_lead) tmp.push_back(sink.alloc(b, "optimizer_temp"));
+  std::vector<std::vector<std::vector<int>>> ltmp(tl.size());
+  for (size_t g = 0; g < tl.size(); ++g) {
+    ltmp[g].resize(module_layers[g].first);
+    sink.repeat(module_layers[g].first, [&](u64 k) { for (u64 b : tl[g]) ltmp[g][sink.slot(k)].push_back(sink.alloc(b, "optimizer_temp")); });
+  }
+  for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
+  for (int t : tmp) sink.free(t);
+  for (size_t g = 0; g < tl.size(); ++g)
+    sink.repeat(module_layers[g].first, [&](u64 k) { for (int t : ltmp[g][sink.slot(k)]) sink.free(t); });
+}
+
+/// The setup each decoder group is sized by: `s` itself (one group), or a copy of it carrying
+/// the group's list choices, sizes and parameters.
+std::vector<StepSetup> group_setups(const StepSetup& s) {
+  std::vector<StepSetup> out;
+  for (const StepSetup::Group& g : s.groups) {
+    StepSetup c = s;
+    c.groups.clear();
+    c.layer = g.layer, c.dims = g.dims, c.linears = g.linears, c.norm_params = g.norm_params, c.layers = g.count;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+/// One run of identical decoder layers as the pass walks it: its resolved list, its setup's
+/// trained parameters, and per layer the state its forward leaves and the weight gradients its
+/// backward makes.
+struct LayerRun {
+  Resolved r;
+  u64 count = 0;
+  std::vector<ParamTensor> params;
+  std::vector<ListState> states;
+  std::vector<std::vector<int>> grads;
+};
+
 /// Everything a run allocates, in order.
 void run(Sink& sink, const StepSetup& s) {
   const StepLists lists = step_lists(s);
-  const OpList &emb_l = lists.embedding, &layer_l = lists.layer, &head_l = lists.head, &first_l = lists.first_layer;
-  const bool first_differs = lists.first_differs;
-  const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
-  const bool returns_tensor = s.checkpointing && std::any_of(layer_l.begin(), layer_l.end(), [](const TensorOp& t) {
-    return t.dies_after == "next_layer";
-  });
-  const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
+  const OpList &emb_l = lists.embedding, &head_l = lists.head;
+  const Resolved emb = resolve(s, emb_l), head = resolve(s, head_l);
+  const std::vector<StepSetup> setups = group_setups(s);
+  auto setup_of = [&](size_t g) -> const StepSetup& { return setups.empty() ? s : setups[g]; };
+  std::vector<LayerRun> runs;
+  for (const StepLists::Layers& l : lists.layers) {
+    if (l.count == 0) continue;
+    const StepSetup& gs = setup_of(l.group);
+    runs.push_back({resolve(gs, l.list), l.count, layer_params(gs), std::vector<ListState>(l.count),
+                    std::vector<std::vector<int>>(l.count)});
+  }
+  bool returns_tensor = false;
+  for (const LayerRun& lr : runs)
+    returns_tensor = returns_tensor || (s.checkpointing && std::any_of(lr.r.ops->begin(), lr.r.ops->end(), [](const TensorOp& t) {
+                                          return t.dies_after == "next_layer";
+                                        }));
   // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
   size_t tied_head = kKeep;
   for (size_t i = 0; i < head_l.size(); ++i)
     if (!head_l[i].weight.empty && head.weight_bytes[i] == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
-  const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
-  // weights in module order: the embeddings, the layers (adapters after each layer's own), the
-  // final norm and the head (the optimizer walks them in the same order)
+  const std::vector<ParamTensor> op = outer_params(s);
+  // parameters in module order: the embeddings, the layers (adapters after each layer's own), the
+  // final norm and the head (the optimizer walks them in the same order); the LoRA first layer
+  // has the same parameters as the others of its group
+  std::vector<std::pair<u64, const std::vector<ParamTensor>*>> module_layers;  // (layers, params) per group
+  for (const LayerRun& lr : runs) {
+    if (!module_layers.empty() && module_layers.back().second->size() == lr.params.size() &&
+        std::equal(lr.params.begin(), lr.params.end(), module_layers.back().second->begin(),
+                   [](const ParamTensor& a, const ParamTensor& b) { return a.bytes == b.bytes && a.trained == b.trained; }))
+      module_layers.back().first += lr.count;
+    else
+      module_layers.push_back({lr.count, &lr.params});
+  }
   const size_t lead = std::min(s.leading_outer, op.size());
   for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, "parameter");
-  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, "parameter"); });
+  for (const auto& [n, ps] : module_layers)
+    sink.repeat(n, [&](u64) { for (const ParamTensor& t : *ps) sink.alloc(t.bytes, "parameter"); });
   for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, "parameter");
-  const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
-  std::vector<ListState> states(rest);
-  ListState state0;
-  std::vector<std::vector<int>> layer_grads(rest);
-  std::vector<int> outer_grads, grads0;
+  std::vector<int> outer_grads;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
       const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), "input_ids");  // input_ids (labels: the same tensor)
@@ -488,26 +571,24 @@ void run(Sink& sink, const StepSetup& s) {
                                                                 // at the first matmul, a few tensors later)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
-      if (first_differs) {
-        state0 = forward(sink, first, carried, false, false);
-        carried = state0.out;
-      }
       // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
       // lives until the next layer has returned, so the first layer differs from the others
       int returned = -1;
-      auto layer_forward = [&](u64 k) {
-        // checkpointing keeps the layer input (the checkpoint's only saved tensor)
-        ListState st = forward(sink, layer, carried, s.checkpointing, s.checkpointing);
-        carried = st.out;
-        if (returned >= 0) sink.free(returned);
-        returned = st.returned;
-        states[sink.slot(k)] = std::move(st);
-      };
-      if (returns_tensor && rest > 0) {
-        layer_forward(0);
-        sink.repeat(rest - 1, [&](u64 k) { layer_forward(k + 1); });
-      } else {
-        sink.repeat(rest, layer_forward);
+      for (LayerRun& lr : runs) {
+        auto layer_forward = [&](u64 k) {
+          // checkpointing keeps the layer input (the checkpoint's only saved tensor)
+          ListState st = forward(sink, lr.r, carried, s.checkpointing, s.checkpointing);
+          carried = st.out;
+          if (returned >= 0) sink.free(returned);
+          returned = st.returned;
+          lr.states[sink.slot(k)] = std::move(st);
+        };
+        if (returns_tensor && returned < 0) {  // nothing to free before this run's first layer
+          layer_forward(0);
+          sink.repeat(lr.count - 1, [&](u64 k) { layer_forward(k + 1); });
+        } else {
+          sink.repeat(lr.count, layer_forward);
+        }
       }
       if (returned >= 0) sink.free(returned);
       // tensors the decoder stack shares (the eager causal mask) die when it returns; under
@@ -525,20 +606,19 @@ void run(Sink& sink, const StepSetup& s) {
       int grad = backward(sink, head, h, -1, head_wg);
       if (micro == 0)
         for (int g : h.weight_grads) outer_grads.push_back(g);
-      sink.repeat(rest, [&](u64 k) {
-        ListState& st = states[sink.slot(rest - 1 - k)];
-        auto recompute = [&] {
-          const int input = st.ids[0];
-          std::vector<int> grads = std::move(st.weight_grads);
-          st = recompute_forward(sink, layer, input);
-          st.weight_grads = std::move(grads);
-        };
-        grad = s.checkpointing ? backward(sink, layer, st, grad, wg, recompute) : backward(sink, layer, st, grad, wg);
-        if (micro == 0) layer_grads[sink.slot(rest - 1 - k)] = st.weight_grads;
-      });
-      if (first_differs) {
-        grad = backward(sink, first, state0, grad, wg);
-        if (micro == 0) grads0 = state0.weight_grads;
+      for (size_t g = runs.size(); g-- > 0;) {
+        LayerRun& lr = runs[g];
+        sink.repeat(lr.count, [&](u64 k) {
+          ListState& st = lr.states[sink.slot(lr.count - 1 - k)];
+          auto recompute = [&] {
+            const int input = st.ids[0];
+            std::vector<int> grads = std::move(st.weight_grads);
+            st = recompute_forward(sink, lr.r, input);
+            st.weight_grads = std::move(grads);
+          };
+          grad = s.checkpointing ? backward(sink, lr.r, st, grad, wg, recompute) : backward(sink, lr.r, st, grad, wg);
+          if (micro == 0) lr.grads[sink.slot(lr.count - 1 - k)] = st.weight_grads;
+        });
       }
       free_shared(true);
       grad = backward(sink, emb, e, grad, wg);
@@ -565,47 +645,15 @@ void run(Sink& sink, const StepSetup& s) {
       sink.free(grad);
       sink.free(ids);
     }
-    // optimizer: state at the first step, then the foreach temporaries (one per parameter)
-    auto trained = [&](const std::vector<ParamTensor>& ps) {
-      std::vector<u64> b;
-      for (const ParamTensor& t : ps)
-        if (t.trained) b.push_back(t.bytes);
-      return b;
-    };
-    const std::vector<u64> tl = trained(lp), to_lead = trained({op.begin(), op.begin() + static_cast<std::ptrdiff_t>(lead)}),
-                           to = trained({op.begin() + static_cast<std::ptrdiff_t>(lead), op.end()});
-    if (step == 0) {
-      // per parameter, in the order the optimizer walks them (module order): the step counter, then
-      // exp_avg and exp_avg_sq (torch/optim/adam.py _init_group). The counter is a 0-d fp32 tensor on
-      // the parameter's device with fused=True; foreach without capturable keeps it on the CPU
-      // ("special device hosting for step"), off the GPU.
-      const u64 counter = s.optimizer == StepOptimizer::AdamWFused ? 4 : 0;
-      auto state = [&](u64 b) {
-        sink.alloc(counter, "optimizer_step");
-        sink.alloc(b, "optimizer_state"), sink.alloc(b, "optimizer_state");
-      };
-      for (u64 b : to_lead) state(b);
-      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) state(b); });
-      for (u64 b : to) state(b);
-    }
-    if (s.optimizer == StepOptimizer::AdamWForeach) {
-      std::vector<int> tmp;
-      for (u64 b : to_lead) tmp.push_back(sink.alloc(b, "optimizer_temp"));
-      std::vector<std::vector<int>> ltmp(s.layers);
-      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, "optimizer_temp")); });
-      for (u64 b : to) tmp.push_back(sink.alloc(b, "optimizer_temp"));
-      for (int t : tmp) sink.free(t);
-      sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
-    }
+    optimizer_step(sink, s, op, lead, module_layers, step == 0);
     // zero_grad(set_to_none=True)
     for (int g : outer_grads) sink.free(g);
-    for (int g : grads0) sink.free(g);
     outer_grads.clear();
-    grads0.clear();
-    sink.repeat(rest, [&](u64 k) {
-      for (int g : layer_grads[sink.slot(k)]) sink.free(g);
-      layer_grads[sink.slot(k)].clear();
-    });
+    for (LayerRun& lr : runs)
+      sink.repeat(lr.count, [&](u64 k) {
+        for (int g : lr.grads[sink.slot(k)]) sink.free(g);
+        lr.grads[sink.slot(k)].clear();
+      });
   }
 }
 
@@ -659,22 +707,39 @@ bool runtime_modelled(const Runtime& rt) {
 
 }  // namespace
 
-StepLists step_lists(const StepSetup& s) {
-  StepLists l{s.lists->embedding(s.layer), {}, s.lists->layer(s.layer), s.lists->head(s.layer), false};
+namespace {
+
+/// One decoder layer's list for a group's choices, with the edits every family's layer gets.
+OpList layer_list(const StepSetup& s, const LayerSetup& ls) {
+  OpList l = s.lists->layer(ls);
   // F.softmax(x, dtype=torch.float32) of half scores, in any family's eager list that casts the
   // probabilities back ("attn.probs_half"): aten copies x to fp32 first (edit_softmax_of_half_scores;
   // the tracker's trace of tuning case opt/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw holds the
   // softmax, its output's gradient and its input's, three fp32 [b, heads, s, s], at its peak; it and
   // qwen2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw read -30 % and -26 % without them)
-  edit_softmax_of_half_scores(l.layer, s.layer.softmax_half_to_float);
+  edit_softmax_of_half_scores(l, ls.softmax_half_to_float);
+  return l;
+}
+
+}  // namespace
+
+StepLists step_lists(const StepSetup& s) {
+  StepLists l{s.lists->embedding(s.layer), s.lists->head(s.layer), {}};
+  if (s.groups.empty()) l.layers.push_back({"layer", layer_list(s, s.layer), s.layers, 0});
+  for (size_t g = 0; g < s.groups.size(); ++g)
+    l.layers.push_back({s.groups[g].name, layer_list(s, s.groups[g].layer), s.groups[g].count, g});
   // The lists' dropout is the CPU path (a bernoulli_ noise tensor in the input's dtype, then a
   // mul). On CUDA F.dropout runs the fused native_dropout, which saves a bool mask instead
   // (aten/src/ATen/native/Dropout.cpp: is_fused_kernel_acceptable for CUDA inputs; the estimator's
   // dropout_mask counts 1 byte there too). Not measured on a GPU.
-  if (s.round_512)
-    for (OpList* list : {&l.embedding, &l.layer, &l.head})
-      for (TensorOp& t : *list)
-        if (t.op == "bernoulli_") t.dtype = Dt::Bool, t.op = "native_dropout";
+  auto fused_dropout = [](OpList& list) {
+    for (TensorOp& t : list)
+      if (t.op == "bernoulli_") t.dtype = Dt::Bool, t.op = "native_dropout";
+  };
+  if (s.round_512) {
+    fused_dropout(l.embedding), fused_dropout(l.head);
+    for (StepLists::Layers& d : l.layers) fused_dropout(d.list);
+  }
   // tied embeddings: the head's backward creates the shared weight's gradient; the embedding's
   // backward accumulates into it in place
   if (s.tied_embeddings)
@@ -686,16 +751,26 @@ StepLists step_lists(const StepSetup& s) {
     for (TensorOp& t : l.embedding) t.weight = kNone, t.bias = kNone;
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
-  l.first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
-  if (l.first_differs) l.first_layer = l.layer, s.lists->input_needs_no_grad(l.first_layer);
+  if (!s.layer.full && !s.checkpointing && !l.layers.empty() && l.layers.front().count > 0) {
+    StepLists::Layers first{"first_layer", l.layers.front().list, 1, l.layers.front().group};
+    s.lists->input_needs_no_grad(first.list);
+    --l.layers.front().count;
+    l.layers.insert(l.layers.begin(), std::move(first));
+  }
   return l;
 }
 
 std::vector<ListTable> tensor_tables(const StepSetup& s) {
   const StepLists l = step_lists(s);
+  const std::vector<StepSetup> setups = group_setups(s);
   std::vector<ListTable> t{list_table(s, "embedding", l.embedding)};
-  if (l.first_differs) t.push_back(list_table(s, "first_layer", l.first_layer));
-  t.push_back(list_table(s, "layer", l.layer));
+  u64 first = 0;
+  for (const StepLists::Layers& d : l.layers) {
+    if (d.count == 0) continue;
+    t.push_back(list_table(setups.empty() ? s : setups[d.group], d.name, d.list));
+    t.back().first = first, t.back().count = d.count;
+    first += d.count;
+  }
   t.push_back(list_table(s, "head", l.head));
   return t;
 }
@@ -730,6 +805,11 @@ struct FamilyRow {
   /// run beside every kept gradient, is the step's peak, and the family's checkpointed forward is
   /// not described tensor by tensor)
   bool accumulation_checkpointed = true;
+  /// the decoder's layer groups may differ (DeepSeek-V3's dense layers, then its MoE layers): each
+  /// ModelSpec group becomes a StepSetup group with its own list (LayerSetup::moe), sizes and parameters
+  bool grouped = false;
+  /// eager attention is described (false: the family's edits write only SDPA)
+  bool eager = true;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -756,6 +836,9 @@ constexpr FamilyRow kFamilies[] = {
     {"gpt_oss", &kLlamaLists, &kGptOssEdits, nullptr},
     {"qwen2_moe", &kLlamaLists, &kQwen2MoeEdits, nullptr},
     {"qwen3_moe", &kLlamaLists, &kQwen3MoeEdits, nullptr},
+    // DeepSeek-V3: MLA, first_k_dense_replace dense layers then MoE layers (a grouped decoder); its
+    // SDPA runs the CPU math path (q/k and v head dims differ); MoE: full fine-tuning only
+    {.family = "deepseek_v3", .lists = &kLlamaLists, .edits = &kDeepseekV3Edits, .complete = nullptr, .grouped = true},
     {"gpt_neox", &kGptNeoxLists, nullptr, &complete_layernorm_setup, false, true},
     {"falcon", &kFalconLists, nullptr, &complete_falcon_setup, false, true},
     {"phi", &kPhiLists, nullptr, &complete_layernorm_setup, false, true, true},
@@ -806,6 +889,13 @@ bool identical_layers(const ModelSpec& m, bool eager, bool nope_as_rope) {
   });
 }
 
+/// Groups of a grouped decoder: trained, with the first one's attention (the MLP may differ).
+bool groups_described(const ModelSpec& m) {
+  return std::all_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& g) {
+    return !g.frozen && g.rope == m.groups.front().rope && g.sliding_window == 0 && g.attention_chunk == 0;
+  });
+}
+
 /// Every layer group has the first one's tensors (they may differ in the attention window only).
 bool groups_alike(const ModelSpec& m) {
   for (const LayerGroup& g : m.groups) {
@@ -815,6 +905,39 @@ bool groups_alike(const ModelSpec& m) {
       return false;
   }
   return true;
+}
+
+/// The sizes the lists' symbols take for one layer group of a request.
+Dims group_dims(const Request& r, const LayerGroup& g) {
+  const ModelSpec& m = r.model;
+  Dims d{r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
+         g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
+         g.experts, g.experts_per_token, g.shared_intermediate};
+  if (m.attention == AttentionKind::MultiLatent) {
+    // MLA: the latents, the rope part of each head (the k rope part is one head shared by all)
+    d.q_lora = m.q_lora_rank, d.kv_lora = m.kv_lora_rank, d.kv_rope = m.qk_rope_head_dim;
+    d.kv_b = mul(m.heads, add(m.qk_nope_head_dim, m.v_head_dim)), d.vh = mul(m.heads, m.v_head_dim);
+    d.qr = mul(m.heads, m.qk_rope_head_dim), d.kr = m.qk_rope_head_dim;
+  }
+  d.route_groups = m.router_groups, d.topk_groups = m.router_topk_groups;
+  return d;
+}
+
+/// The Linears of one layer group as the lists see them: Transformers 5 fuses the routed experts
+/// (one gate_up_proj [E, 2i, h] and one down_proj); which ones LoRA adapts.
+std::vector<StepSetup::LayerLinear> group_linears(const Request& r, const LayerGroup& g) {
+  std::vector<StepSetup::LayerLinear> out;
+  bool after_routed_in = false;
+  for (const Linear& l : g.linears) {
+    const bool target = r.task == Task::Lora && (r.lora.all_linear || std::find(r.lora.targets.begin(),
+                                                                                   r.lora.targets.end(), l.name) !=
+                                                                         r.lora.targets.end());
+    const bool routed_in = l.routed && l.input == LinearInput::MlpIn;
+    if (routed_in && after_routed_in) out.back().out = add(out.back().out, mul(l.out, l.copies));
+    else out.push_back({l.in, mul(l.out, l.copies), l.bias, target});
+    after_routed_in = routed_in;
+  }
+  return out;
 }
 
 }  // namespace
@@ -831,7 +954,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
       !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
-        (row->windows_alike && groups_alike(m))) ||
+        (row->windows_alike && groups_alike(m)) || (row->grouped && groups_described(m))) ||
+      (r.attention == AttentionImpl::Eager && !row->eager) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       (m.attention_dropout > 0 && !row->attention_dropout) ||
       ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
@@ -868,29 +992,26 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.one_sequence = r.micro_batch_size == 1;
   s.layer.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
   s.layer.family = row->edits;
-  s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
-            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
-            g.experts, g.experts_per_token, g.shared_intermediate};
+  s.dims = group_dims(r, g);
   // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
-  if (g.moe && r.task != Task::Full) return std::nullopt;
+  if (std::any_of(m.groups.begin(), m.groups.end(), [](const LayerGroup& x) { return x.moe; }) && r.task != Task::Full)
+    return std::nullopt;
   s.dtypes.model = s.layer.half ? 2 : 4;
   s.dtypes.adapter = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   s.layers = m.layers;
   s.checkpointing = r.gradient_checkpointing;
   s.tied_embeddings = m.tied_embeddings;
   for (const Linear& l : g.linears) s.qkv_bias = s.qkv_bias || (l.name == "q_proj" && l.bias);
-  bool after_routed_in = false;
-  for (const Linear& l : g.linears) {
-    const bool target = r.task == Task::Lora && (r.lora.all_linear || std::find(r.lora.targets.begin(),
-                                                                                   r.lora.targets.end(), l.name) !=
-                                                                         r.lora.targets.end());
-    // Transformers 5 fuses the routed experts: one gate_up_proj [E, 2i, h] and one down_proj
-    const bool routed_in = l.routed && l.input == LinearInput::MlpIn;
-    if (routed_in && after_routed_in) s.linears.back().out = add(s.linears.back().out, mul(l.out, l.copies));
-    else s.linears.push_back({l.in, mul(l.out, l.copies), l.bias, target});
-    after_routed_in = routed_in;
-  }
+  s.linears = group_linears(r, g);
   s.norm_params = g.other_params;
+  if (row->grouped)
+    for (const LayerGroup& x : m.groups) {
+      StepSetup::Group sg{x.moe ? "moe_layer" : "dense_layer", x.count, s.layer, group_dims(r, x), group_linears(r, x),
+                          x.other_params};
+      sg.layer.moe = x.moe;
+      if (!s.groups.empty() && s.groups.back().name == sg.name) s.groups.back().count += x.count;
+      else s.groups.push_back(std::move(sg));
+    }
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
@@ -908,8 +1029,10 @@ namespace {
 size_t events_bound(const StepSetup& s) {
   const StepLists l = step_lists(s);
   const size_t layers = static_cast<size_t>(s.layers);
-  const size_t entries = l.embedding.size() + l.head.size() + l.layer.size() * layers;
-  const size_t params = layer_params(s).size() * layers + outer_params(s).size();
+  size_t entries = l.embedding.size() + l.head.size(), longest = 0;
+  for (const StepLists::Layers& d : l.layers) entries += d.list.size() * static_cast<size_t>(d.count);
+  for (const StepSetup& g : group_setups(s)) longest = std::max(longest, layer_params(g).size());
+  const size_t params = std::max(longest, layer_params(s).size()) * layers + outer_params(s).size();
   return static_cast<size_t>(s.steps) * (entries * 10 * static_cast<size_t>(s.accumulation) + params * 8);
 }
 

@@ -61,6 +61,19 @@ struct StepSetup {
   };
   std::vector<LayerLinear> linears;
   u64 norm_params = 0;           ///< norm weights of one layer (elements), with `linears`
+  /// A decoder whose layers differ is a sequence of groups, each `count` identical layers with
+  /// their own list choices, sizes and parameters (DeepSeek-V3: the first_k_dense_replace dense
+  /// layers, then the MoE layers); the pass runs each group as one periodic loop. Empty: one
+  /// group, `layers` copies of `layer` / `dims` / `linears` / `norm_params`.
+  struct Group {
+    std::string_view name;  ///< the list's name in the tensor tables ("dense_layer", "moe_layer")
+    u64 count = 0;
+    LayerSetup layer;
+    Dims dims;
+    std::vector<LayerLinear> linears;
+    u64 norm_params = 0;
+  };
+  std::vector<Group> groups;
 };
 
 /// The setups the lists describe (the families of schedule.cpp's table: llama / mistral / qwen2,
@@ -70,10 +83,18 @@ struct StepSetup {
 [[nodiscard]] std::optional<StepSetup> step_setup(const Request& r);
 
 /// The lists one step runs through: the embedding (rotary tables, masks, the embedding output),
-/// the first decoder layer when it differs from the others, the decoder layer, the head and loss.
+/// the decoder as runs of identical layers, the head and loss.
 struct StepLists {
-  OpList embedding, first_layer, layer, head;
-  bool first_differs = false;  ///< LoRA without checkpointing: layer 0's input needs no gradient
+  /// `count` consecutive decoder layers with one list, sized by the setup of decoder group `group`.
+  struct Layers {
+    std::string_view name;  ///< "first_layer" (LoRA without checkpointing: layer 0's input needs no
+                            ///< gradient), "layer", or the group's name
+    OpList list;
+    u64 count = 0;
+    size_t group = 0;
+  };
+  OpList embedding, head;
+  std::vector<Layers> layers;  ///< in decoder order
 };
 [[nodiscard]] StepLists step_lists(const StepSetup& s);
 
@@ -93,9 +114,10 @@ struct BackwardRow {
   u64 bytes = 0;
 };
 struct ListTable {
-  std::string_view list;  ///< "embedding", "first_layer", "layer", "head"
+  std::string_view list;  ///< "embedding", "first_layer", "layer" (or a group's name), "head"
   std::vector<TensorRow> forward;  ///< entries that allocate, in op order
   std::vector<BackwardRow> backward;  ///< in the order the backward creates them
+  u64 first = 0, count = 0;  ///< decoder lists: the layers it describes (first index, how many)
 };
 /// The step's lists as tables (the input entry, which the previous list created, is left out).
 [[nodiscard]] std::vector<ListTable> tensor_tables(const StepSetup& s);

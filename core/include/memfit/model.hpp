@@ -143,6 +143,9 @@ struct ModelSpec {
   /// MoE routers: top-k weights renormalised to sum 1 (config norm_topk_prob, else the
   /// configuration class's default; Mixtral always renormalises).
   bool norm_topk_prob = true;
+  /// Group-limited routing (DeepSeek-V3 n_group / topk_group): the experts form `router_groups`
+  /// groups and a token's experts come from its `router_topk_groups` best groups; 0: none.
+  u64 router_groups = 0, router_topk_groups = 0;
 
   // What the implementation supports (family_traits.cpp, one row per model_type).
   bool supports_sdpa = true;              ///< Transformers `_supports_sdpa`
