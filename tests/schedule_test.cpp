@@ -418,14 +418,17 @@ TEST_CASE("[.sched-peak] live allocations at the schedule's peak", "[.sched-peak
 TEST_CASE("[.sched-list] schedule vs the records of a filter", "[.sched-list]") {
   const char* env = std::getenv("MEMFIT_SCHED_FILTER");
   const std::string filter = env ? env : "";
-  for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
-                        "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"})
+  std::vector<std::string> files{"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
+                                 "cpu-suite-families.jsonl", "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"};
+  // MEMFIT_SCHED_RECORD=/abs/path.jsonl: a record of one's own (a diagnosis run, not a tuning record) instead
+  if (const char* own = std::getenv("MEMFIT_SCHED_RECORD")) files = {std::string("../../../../../../../..") + own};
+  for (const std::string& f : files)
     for (const Record& r : records(f)) {
       if (r.name.find(filter) == std::string::npos) continue;
       const Request q = request_of(r);
       const auto s = step_setup(q);
       if (!s) continue;
-      std::printf("%s %s: schedule %+.2f %%, estimator %+.2f %%\n", f, r.name.c_str(),
+      std::printf("%s %s: schedule %+.2f %%, estimator %+.2f %%\n", f.c_str(), r.name.c_str(),
                   pct(double(peak_allocated(*s)), double(r.measured)),
                   pct(double(estimate(q).allocated_peak_bytes), double(r.measured)));
     }

@@ -357,7 +357,9 @@ void sdpa_math(OpList& e, bool half) {
   e.push_back({"attn.masked", "add", BASS, Dt::F32, false, {}, kNone});  // add hands its gradient on [D]
   e.push_back({"attn.softmax", "_safe_softmax", BASS, Dt::F32, true, {}, BASS, kNone, Dt::Model, Dt::F32});
   if (half) e.push_back({"attn.probs_cast", "_to_copy", BASS, Dt::Model, false, end, kNone});
-  e.push_back({"attn.v_contig", "clone", TV, Dt::F32, true, {}, TV, kNone, Dt::Model, Dt::F32});
+  // (clone's backward hands its gradient on: the probabilities' gradient from the product reaches
+  // the softmax; the product's v gradient, a [T, vh] branch, is left out)
+  e.push_back({"attn.v_contig", "clone", TV, Dt::F32, true, {}, kNone});
   e.push_back({"attn.pv", "bmm", TV, Dt::F32, false, {}, BASS, kNone, Dt::Model, Dt::F32});
   if (half) e.push_back({"attn.out_half", "_to_copy", TV, Dt::Model, false, {}, TV, kNone, Dt::Model, Dt::F32});
   e.push_back({"attn.out", "clone", TV, Dt::Model, true, {}, TV});
@@ -374,7 +376,7 @@ void eager_mla(OpList& e, bool half) {
   e.push_back({"attn.masked", "add", BASS, Dt::Model, false, {}, kNone});
   e.push_back({"attn.softmax", "_softmax", BASS, Dt::F32, true, {}, BASS, kNone, Dt::Model, Dt::F32});
   if (half) e.push_back({"attn.probs_half", "_to_copy", BASS, Dt::Model, true, {}, kNone});
-  e.push_back({"attn.v_contig", "clone", TV, Dt::Model, true, {}, TV});
+  e.push_back({"attn.v_contig", "clone", TV, Dt::Model, true, {}, kNone});  // (as sdpa_math's)
   e.push_back({"attn.pv", "matmul", TV, Dt::Model, false, {}, BASS});
   e.push_back({"attn.out", "clone", TV, Dt::Model, true, {}, TV});
 }
