@@ -146,13 +146,16 @@ TEST_CASE("the periodic shortcut equals the full simulation on a grouped decoder
         for (u64 first : {1u, 2u, 5u})
           for (u64 second : {1u, 3u})
             for (u64 micro : {1u, 2u}) {
-              StepSetup s = tiny_setup(full, half, false, gc, first + second);
+              StepSetup s = tiny_setup(full, half, false, gc, first + second + 3);
               s.accumulation = micro;
               Dims wide = s.dims;
               wide.i = 3 * s.dims.i;  // the second group's MLP is wider, its parameters larger
               LayerSetup eager = s.layer;
               eager.eager = true;  // and its list differs
-              s.groups = {{"dense_layer", first, s.layer, s.dims, {}, 0}, {"wide_layer", second, eager, wide, {}, 0}};
+              // interleaved as Llama 4's dense and MoE layers: a group may come back after another
+              s.groups = {{"dense_layer", first, s.layer, s.dims, {}, 0}, {"wide_layer", second, eager, wide, {}, 0},
+                          {"dense_layer", 2, s.layer, s.dims, {}, 0}, {"wide_layer", 1, eager, wide, {}, 0}};
+              s.layers = first + second + 3;
               for (bool cuda : {false, true}) {
                 s.round_512 = cuda;
                 INFO("full " << full << " half " << half << " gc " << gc << " groups " << first << " + " << second

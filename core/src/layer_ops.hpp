@@ -176,6 +176,8 @@ struct LayerSetup {
   bool softmax_half_to_float = false;
   const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
   bool moe = false;  ///< a grouped decoder's MoE layers (the family's edit picks the MLP by it: DeepSeek-V3)
+  bool nope = false;        ///< a grouped decoder's NoPE layers: no rotary (Llama 4's global layers)
+  bool qk_l2_norm = false;  ///< q and k L2-normalised per head in fp32 (Llama 4's RoPE layers)
 };
 
 /// The lists of one family, and the edit of its first layer when its input needs no gradient.

@@ -36,5 +36,8 @@ extern const FamilyEdits kQwen3MoeEdits;
 /// DeepSeek-V3: multi-head latent attention; dense layers, then MoE layers with a sigmoid,
 /// group-limited router and a shared MLP (a grouped decoder: LayerSetup::moe picks the MLP).
 extern const FamilyEdits kDeepseekV3Edits;
+/// Llama 4 (llama4_text): chunked RoPE layers with the qk L2 norm, NoPE layers with temperature
+/// tuning, MoE layers running every expert on every token beside a shared expert (layer_ops_llama4.cpp).
+extern const FamilyEdits kLlama4Edits;
 
 }  // namespace memfit::sched

@@ -168,6 +168,13 @@ struct ModelSpec {
   u64 vision_params = 0;        ///< multimodal: vision tower + projector (also included in other_params)
   CheckpointQuant checkpoint_quant;
   std::vector<LayerGroup> groups;
+  /// The decoder in layer order: runs of consecutive layers of one group (an index into `groups`,
+  /// which merge identical layers wherever they are). Empty: the groups in order.
+  struct LayerRun {
+    size_t group = 0;
+    u64 count = 0;
+  };
+  std::vector<LayerRun> layer_runs;
 
   /// Linear layers outside the decoder layers that LoRA "all-linear" may target (OPT project_in/out).
   std::vector<Linear> extra_linears;
