@@ -43,16 +43,16 @@ void complex_rotary(OpList& e, bool half) {
 /// rsqrt (kept), the product; type_as casts it back in half precision.
 void l2_norm(OpList& e, bool k, bool half, std::string_view out_dies) {
   const Shape w = k ? TKV : TQ, rows = shape(Sym::T, k ? Sym::KvHeads : Sym::A);
-  static const std::string_view kq[] = {"q.norm_f32", "q.norm_f32", "q.norm_pow", "q.norm_mean", "q.norm_rsqrt", "q.normed", "q.normed_half"};
-  static const std::string_view kk[] = {"k.norm_f32", "k.norm_f32", "k.norm_pow", "k.norm_mean", "k.norm_rsqrt", "k.normed", "k.normed_half"};
+  static const std::string_view kq[] = {"q.norm_f32", "q.norm_pow", "q.norm_mean", "q.norm_rsqrt", "q.normed", "q.normed_half"};
+  static const std::string_view kk[] = {"k.norm_f32", "k.norm_pow", "k.norm_mean", "k.norm_rsqrt", "k.normed", "k.normed_half"};
   const std::string_view* n = k ? kk : kq;
-  if (half) e.push_back({n[1], "_to_copy", w, Dt::F32, true, {}, w});
-  e.push_back({n[2], "pow", w, Dt::F32, false, {}, kNone});
-  e.push_back({n[3], "mean", rows, Dt::F32, false, {}, kNone});
-  e.push_back({n[4], "rsqrt", rows, Dt::F32, true, {}, kNone});
-  e.push_back({n[5], "mul", w, Dt::F32, !half && out_dies.empty(), half ? std::string_view{} : out_dies, w, kNone,
+  if (half) e.push_back({n[0], "_to_copy", w, Dt::F32, true, {}, w});
+  e.push_back({n[1], "pow", w, Dt::F32, false, {}, kNone});
+  e.push_back({n[2], "mean", rows, Dt::F32, false, {}, kNone});
+  e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
+  e.push_back({n[4], "mul", w, Dt::F32, !half && out_dies.empty(), half ? std::string_view{} : out_dies, w, kNone,
                Dt::Model, Dt::F32});
-  if (half) e.push_back({n[6], "_to_copy", w, Dt::Model, out_dies.empty(), out_dies, w, kNone, Dt::Model, Dt::F32});
+  if (half) e.push_back({n[5], "_to_copy", w, Dt::Model, out_dies.empty(), out_dies, w, kNone, Dt::Model, Dt::F32});
 }
 
 /// attn_temperature_tuning on a NoPE layer's q [L4]: positions (arange + offset, a local until the
@@ -79,6 +79,7 @@ void temperature_tuning(OpList& e, bool half, std::string_view q_dies) {
 /// to every head (kept), else the flash kernel with enable_gqa keeps q, k, v [F]; its output and
 /// lse. Eager: repeat_kv copies K and V, matmul copies the transposed q (all kept), scores times
 /// the scaling, + mask, softmax in the model dtype (kept), the product, the transposed copy.
+/// (Grouped-query attention, as every Llama 4 configuration has: the repeats are real copies.)
 void llama4_kernel(OpList& e, const LayerSetup& s) {
   const Shape BASS = shape(Sym::B, Sym::A, Sym::S, Sym::S);
   if (!s.eager) {
