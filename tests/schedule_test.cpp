@@ -165,6 +165,27 @@ TEST_CASE("the periodic shortcut equals the full simulation on a grouped decoder
             }
 }
 
+// Groups of one kind repeated in a pattern (Llama 4's RoPE and NoPE layers): the peak sink runs the
+// pattern once and extrapolates it, the trace walks every layer
+TEST_CASE("the periodic shortcut equals the full simulation on a repeated pattern of layer groups") {
+  for (bool full : {true, false})
+    for (bool gc : {false, true})
+      for (u64 reps : {1u, 2u, 3u, 12u})
+        for (u64 first : {1u, 3u}) {
+          StepSetup s = tiny_setup(full, true, false, gc, reps * (first + 1));
+          Dims wide = s.dims;
+          wide.i = 3 * s.dims.i;
+          LayerSetup eager = s.layer;
+          eager.eager = true;
+          for (u64 k = 0; k < reps; ++k) {
+            s.groups.push_back({"rope_layer", first, s.layer, s.dims, {}, 0, 0});
+            s.groups.push_back({"nope_layer", 1, eager, wide, {}, 0, 1});
+          }
+          INFO("full " << full << " gc " << gc << " pattern (" << first << " + 1) x " << reps);
+          CHECK(peak_allocated(s) == trace_peak(step_trace(s), false));
+        }
+}
+
 TEST_CASE("a grouped decoder's tables name each group's list and the layers it describes") {
   StepSetup s = tiny_setup(false, false, false, false, 4);
   Dims wide = s.dims;

@@ -73,6 +73,7 @@ class Sink {
   }
   /// Index of the state slot iteration k uses (the peak sink keeps one slot).
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
+  [[nodiscard]] bool tracing() const { return record_; }  ///< the trace sink (every iteration runs)
   [[nodiscard]] u64 peak() const { return peak_; }  ///< the peak sink's
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
   /// Room for the trace sink's events (growing a vector of tens of thousands of events copies it
@@ -497,49 +498,96 @@ void optimizer_step(Sink& sink, const StepSetup& s, const std::vector<ParamTenso
     sink.repeat(module_layers[g].first, [&](u64 k) { for (int t : ltmp[g][sink.slot(k)]) sink.free(t); });
 }
 
-/// The setup each decoder group is sized by: `s` itself (one group), or a copy of it carrying
-/// the group's list choices, sizes and parameters.
+/// The setup decoder group g is sized by: a copy of `s` carrying the group's list choices, sizes
+/// and parameters.
+StepSetup group_setup(const StepSetup& s, size_t g) {
+  const StepSetup::Group& x = s.groups[g];
+  StepSetup c = s;
+  c.groups.clear();
+  c.layer = x.layer, c.dims = x.dims, c.linears = x.linears, c.norm_params = x.norm_params, c.layers = x.count;
+  return c;
+}
 std::vector<StepSetup> group_setups(const StepSetup& s) {
   std::vector<StepSetup> out;
-  for (const StepSetup::Group& g : s.groups) {
-    StepSetup c = s;
-    c.groups.clear();
-    c.layer = g.layer, c.dims = g.dims, c.linears = g.linears, c.norm_params = g.norm_params, c.layers = g.count;
-    out.push_back(std::move(c));
-  }
+  for (size_t g = 0; g < s.groups.size(); ++g) out.push_back(group_setup(s, g));
   return out;
 }
 
-/// One run of identical decoder layers as the pass walks it: its resolved list, its setup's
-/// trained parameters, and per layer the state its forward leaves and the weight gradients its
-/// backward makes.
-struct LayerRun {
+/// A decoder list resolved for its group, and that group's parameter tensors (shared by the runs
+/// of one kind).
+struct ResolvedLayers {
   Resolved r;
-  u64 count = 0;
   std::vector<ParamTensor> params;
+};
+
+/// One run of identical decoder layers as the pass walks it: its resolved list and parameters,
+/// and per layer the state its forward leaves and the weight gradients its backward makes.
+struct LayerRun {
+  const ResolvedLayers* layers = nullptr;
+  u64 count = 0;
+  size_t kind = StepSetup::Group::kNoKind;
   std::vector<ListState> states;
   std::vector<std::vector<int>> grads;
 };
+
+/// The decoder's runs, their lists resolved once per kind of group.
+std::vector<LayerRun> layer_runs(const StepSetup& s, const StepLists& lists, std::vector<ResolvedLayers>& store) {
+  store.reserve(lists.layers.size());
+  std::vector<LayerRun> runs;
+  std::vector<std::pair<size_t, const ResolvedLayers*>> by_kind;
+  for (const StepLists::Layers& l : lists.layers) {
+    if (l.count == 0) continue;
+    const auto known = std::find_if(by_kind.begin(), by_kind.end(), [&](const auto& k) {
+      return l.kind != StepSetup::Group::kNoKind && k.first == l.kind;
+    });
+    const ResolvedLayers* r = known != by_kind.end() ? known->second : nullptr;
+    if (!r) {
+      const StepSetup gs = s.groups.empty() ? StepSetup{} : group_setup(s, l.group);
+      const StepSetup& g = s.groups.empty() ? s : gs;
+      store.push_back({resolve(g, l.list), layer_params(g)});
+      r = &store.back();
+      by_kind.push_back({l.kind, r});
+    }
+    runs.push_back({r, l.count, l.kind, std::vector<ListState>(l.count), std::vector<std::vector<int>>(l.count)});
+  }
+  return runs;
+}
+
+/// The runs of the decoder as `reps` repetitions of its first `period` runs (Llama 4's pattern of
+/// layer kinds), for the peak sink to extrapolate; (runs, 1) where there is no such pattern.
+std::pair<size_t, u64> run_pattern(const std::vector<LayerRun>& runs) {
+  for (size_t p = 1; p < runs.size(); ++p) {
+    if (runs.size() % p != 0) continue;
+    bool repeats = true;
+    for (size_t i = 0; i < runs.size() && repeats; ++i)
+      repeats = runs[i].kind != StepSetup::Group::kNoKind && runs[i].kind == runs[i % p].kind &&
+                runs[i].count == runs[i % p].count;
+    if (repeats) return {p, runs.size() / p};
+  }
+  return {runs.size(), 1};
+}
 
 /// Everything a run allocates, in order.
 void run(Sink& sink, const StepSetup& s) {
   const StepLists lists = step_lists(s);
   const OpList &emb_l = lists.embedding, &head_l = lists.head;
   const Resolved emb = resolve(s, emb_l), head = resolve(s, head_l);
-  const std::vector<StepSetup> setups = group_setups(s);
-  auto setup_of = [&](size_t g) -> const StepSetup& { return setups.empty() ? s : setups[g]; };
-  std::vector<LayerRun> runs;
-  for (const StepLists::Layers& l : lists.layers) {
-    if (l.count == 0) continue;
-    const StepSetup& gs = setup_of(l.group);
-    runs.push_back({resolve(gs, l.list), l.count, layer_params(gs), std::vector<ListState>(l.count),
-                    std::vector<std::vector<int>>(l.count)});
-  }
+  std::vector<ResolvedLayers> store;
+  std::vector<LayerRun> runs = layer_runs(s, lists, store);
   bool returns_tensor = false;
   for (const LayerRun& lr : runs)
-    returns_tensor = returns_tensor || (s.checkpointing && std::any_of(lr.r.ops->begin(), lr.r.ops->end(), [](const TensorOp& t) {
-                                          return t.dies_after == "next_layer";
-                                        }));
+    returns_tensor = returns_tensor || (s.checkpointing && std::any_of(lr.layers->r.ops->begin(), lr.layers->r.ops->end(),
+                                                                       [](const TensorOp& t) { return t.dies_after == "next_layer"; }));
+  // the peak sink runs a repeated pattern of runs once and extrapolates it (its per-run states sit
+  // in slot 0 anyway); the trace sink walks every run
+  const auto [period, reps] = sink.tracing() || returns_tensor ? std::pair<size_t, u64>{runs.size(), 1} : run_pattern(runs);
+  auto each_run = [&](bool reverse, const std::function<void(LayerRun&)>& f) {
+    auto pattern = [&](u64) {
+      for (size_t j = 0; j < period; ++j) f(runs[reverse ? period - 1 - j : j]);
+    };
+    if (reps == 1) pattern(0);
+    else sink.repeat(reps, pattern);
+  };
   // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
   size_t tied_head = kKeep;
   for (size_t i = 0; i < head_l.size(); ++i)
@@ -550,12 +598,13 @@ void run(Sink& sink, const StepSetup& s) {
   // has the same parameters as the others of its group
   std::vector<std::pair<u64, const std::vector<ParamTensor>*>> module_layers;  // (layers, params) per group
   for (const LayerRun& lr : runs) {
-    if (!module_layers.empty() && module_layers.back().second->size() == lr.params.size() &&
-        std::equal(lr.params.begin(), lr.params.end(), module_layers.back().second->begin(),
+    const std::vector<ParamTensor>& ps = lr.layers->params;
+    if (!module_layers.empty() && module_layers.back().second->size() == ps.size() &&
+        std::equal(ps.begin(), ps.end(), module_layers.back().second->begin(),
                    [](const ParamTensor& a, const ParamTensor& b) { return a.bytes == b.bytes && a.trained == b.trained; }))
       module_layers.back().first += lr.count;
     else
-      module_layers.push_back({lr.count, &lr.params});
+      module_layers.push_back({lr.count, &ps});
   }
   const size_t lead = std::min(s.leading_outer, op.size());
   for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, "parameter");
@@ -574,10 +623,10 @@ void run(Sink& sink, const StepSetup& s) {
       // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
       // lives until the next layer has returned, so the first layer differs from the others
       int returned = -1;
-      for (LayerRun& lr : runs) {
+      each_run(false, [&](LayerRun& lr) {
         auto layer_forward = [&](u64 k) {
           // checkpointing keeps the layer input (the checkpoint's only saved tensor)
-          ListState st = forward(sink, lr.r, carried, s.checkpointing, s.checkpointing);
+          ListState st = forward(sink, lr.layers->r, carried, s.checkpointing, s.checkpointing);
           carried = st.out;
           if (returned >= 0) sink.free(returned);
           returned = st.returned;
@@ -589,7 +638,7 @@ void run(Sink& sink, const StepSetup& s) {
         } else {
           sink.repeat(lr.count, layer_forward);
         }
-      }
+      });
       if (returned >= 0) sink.free(returned);
       // tensors the decoder stack shares (the eager causal mask) die when it returns; under
       // checkpointing each checkpoint keeps those it is given as inputs of its recomputation
@@ -606,20 +655,20 @@ void run(Sink& sink, const StepSetup& s) {
       int grad = backward(sink, head, h, -1, head_wg);
       if (micro == 0)
         for (int g : h.weight_grads) outer_grads.push_back(g);
-      for (size_t g = runs.size(); g-- > 0;) {
-        LayerRun& lr = runs[g];
+      each_run(true, [&](LayerRun& lr) {
+        const Resolved& r = lr.layers->r;
         sink.repeat(lr.count, [&](u64 k) {
           ListState& st = lr.states[sink.slot(lr.count - 1 - k)];
           auto recompute = [&] {
             const int input = st.ids[0];
             std::vector<int> grads = std::move(st.weight_grads);
-            st = recompute_forward(sink, lr.r, input);
+            st = recompute_forward(sink, r, input);
             st.weight_grads = std::move(grads);
           };
-          grad = s.checkpointing ? backward(sink, lr.r, st, grad, wg, recompute) : backward(sink, lr.r, st, grad, wg);
+          grad = s.checkpointing ? backward(sink, r, st, grad, wg, recompute) : backward(sink, r, st, grad, wg);
           if (micro == 0) lr.grads[sink.slot(lr.count - 1 - k)] = st.weight_grads;
         });
-      }
+      });
       free_shared(true);
       grad = backward(sink, emb, e, grad, wg);
       if (micro == 0)
@@ -649,11 +698,12 @@ void run(Sink& sink, const StepSetup& s) {
     // zero_grad(set_to_none=True)
     for (int g : outer_grads) sink.free(g);
     outer_grads.clear();
-    for (LayerRun& lr : runs)
+    each_run(false, [&](LayerRun& lr) {
       sink.repeat(lr.count, [&](u64 k) {
         for (int g : lr.grads[sink.slot(k)]) sink.free(g);
         lr.grads[sink.slot(k)].clear();
       });
+    });
   }
 }
 
@@ -726,8 +776,14 @@ OpList layer_list(const StepSetup& s, const LayerSetup& ls) {
 StepLists step_lists(const StepSetup& s) {
   StepLists l{s.lists->embedding(s.layer), s.lists->head(s.layer), {}};
   if (s.groups.empty()) l.layers.push_back({"layer", layer_list(s, s.layer), s.layers, 0});
-  for (size_t g = 0; g < s.groups.size(); ++g)
-    l.layers.push_back({s.groups[g].name, layer_list(s, s.groups[g].layer), s.groups[g].count, g});
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const size_t kind = s.groups[g].kind;
+    const auto same = std::find_if(l.layers.begin(), l.layers.end(), [&](const StepLists::Layers& x) {
+      return kind != StepSetup::Group::kNoKind && x.kind == kind;
+    });
+    l.layers.push_back({s.groups[g].name, same != l.layers.end() ? same->list : layer_list(s, s.groups[g].layer),
+                        s.groups[g].count, g, kind});
+  }
   // The lists' dropout is the CPU path (a bernoulli_ noise tensor in the input's dtype, then a
   // mul). On CUDA F.dropout runs the fused native_dropout, which saves a bool mask instead
   // (aten/src/ATen/native/Dropout.cpp: is_fused_kernel_acceptable for CUDA inputs; the estimator's
@@ -752,7 +808,7 @@ StepLists step_lists(const StepSetup& s) {
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
   if (!s.layer.full && !s.checkpointing && !l.layers.empty() && l.layers.front().count > 0) {
-    StepLists::Layers first{"first_layer", l.layers.front().list, 1, l.layers.front().group};
+    StepLists::Layers first{"first_layer", l.layers.front().list, 1, l.layers.front().group, StepSetup::Group::kNoKind};
     s.lists->input_needs_no_grad(first.list);
     --l.layers.front().count;
     l.layers.insert(l.layers.begin(), std::move(first));
@@ -921,19 +977,16 @@ bool groups_alike(const ModelSpec& m) {
 
 /// The decoder's layers in order, as runs of one group each (ModelSpec::layer_runs; the groups in
 /// order where the model has none, or where they do not add up to its groups).
-std::vector<LayerGroup> layers_in_order(const ModelSpec& m) {
+std::vector<ModelSpec::LayerRun> layers_in_order(const ModelSpec& m) {
   std::vector<u64> counted(m.groups.size(), 0);
   bool consistent = !m.layer_runs.empty();
   for (const ModelSpec::LayerRun& run : m.layer_runs)
     if (run.group < m.groups.size()) counted[run.group] += run.count;
     else consistent = false;
   for (size_t g = 0; g < m.groups.size() && consistent; ++g) consistent = counted[g] == m.groups[g].count;
-  if (!consistent) return m.groups;
-  std::vector<LayerGroup> out;
-  for (const ModelSpec::LayerRun& run : m.layer_runs) {
-    out.push_back(m.groups[run.group]);
-    out.back().count = run.count;
-  }
+  if (consistent) return m.layer_runs;
+  std::vector<ModelSpec::LayerRun> out;
+  for (size_t g = 0; g < m.groups.size(); ++g) out.push_back({g, m.groups[g].count});
   return out;
 }
 
@@ -1035,16 +1088,16 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.linears = group_linears(r, g);
   s.norm_params = g.other_params;
   if (row->grouped)
-    for (const LayerGroup& x : layers_in_order(m)) {
+    for (const ModelSpec::LayerRun& run : layers_in_order(m)) {
+      const LayerGroup& x = m.groups[run.group];
       // the list's name says what differs: the MLP, the rotary (the tensor tables and the known
       // mismatches of validate --tensors name lists by it)
       StepSetup::Group sg{x.moe ? (x.rope ? "moe_layer" : "moe_nope_layer") : (x.rope ? "dense_layer" : "dense_nope_layer"),
-                          x.count, s.layer, group_dims(r, x), group_linears(r, x), x.other_params};
+                          run.count, s.layer, group_dims(r, x), group_linears(r, x), x.other_params, run.group};
       sg.layer.moe = x.moe;
       sg.layer.nope = !x.rope, sg.layer.qk_l2_norm = x.qk_l2_norm;
       sg.layer.window_mask = x.local_mask(r.sequence_length) && r.device == Device::Cpu;
-      if (!s.groups.empty() && s.groups.back().name == sg.name && s.groups.back().layer.window_mask == sg.layer.window_mask)
-        s.groups.back().count += x.count;
+      if (!s.groups.empty() && s.groups.back().kind == sg.kind) s.groups.back().count += run.count;
       else s.groups.push_back(std::move(sg));
     }
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;

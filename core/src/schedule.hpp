@@ -72,6 +72,11 @@ struct StepSetup {
     Dims dims;
     std::vector<LayerLinear> linears;
     u64 norm_params = 0;
+    /// Groups of one kind have the same list, sizes and parameters (step_setup: the ModelSpec
+    /// group; Llama 4's layers repeat a pattern of kinds): the pass builds their list once and the
+    /// peak sink extrapolates a repeated pattern. kNoKind: unknown, never the same as another.
+    size_t kind = kNoKind;
+    static constexpr size_t kNoKind = static_cast<size_t>(-1);
   };
   std::vector<Group> groups;
 };
@@ -92,6 +97,9 @@ struct StepLists {
     OpList list;
     u64 count = 0;
     size_t group = 0;
+    /// the group's kind (StepSetup::Group::kind); kNoKind for the first layer of a LoRA run and
+    /// for the layers of an ungrouped decoder
+    size_t kind = StepSetup::Group::kNoKind;
   };
   OpList embedding, head;
   std::vector<Layers> layers;  ///< in decoder order
