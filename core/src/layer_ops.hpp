@@ -178,6 +178,7 @@ struct LayerSetup {
   bool moe = false;  ///< a grouped decoder's MoE layers (the family's edit picks the MLP by it: DeepSeek-V3)
   bool nope = false;        ///< a grouped decoder's NoPE layers: no rotary (Llama 4's global layers)
   bool qk_l2_norm = false;  ///< q and k L2-normalised per head in fp32 (Llama 4's RoPE layers)
+  bool route_renorm = true; ///< MoE: the top-k routing weights renormalised (ModelSpec::norm_topk_prob; DeepSeek-V3)
 };
 
 /// The lists of one family, and the edit of its first layer when its input needs no gradient.

@@ -419,7 +419,7 @@ void mla_attention(OpList& l, const LayerSetup& s) {
 /// Llama MLP, the others the MoE block with the sigmoid router and a shared MLP. The attention is
 /// written after the precision edits (its own fp32 / half, eager / SDPA entries).
 void deepseek_layer(OpList& l, const LayerSetup& s) {
-  if (s.moe) moe_block(l, s, {.fp32_route = true, .renorm = true, .shared = false, .deepseek = true});
+  if (s.moe) moe_block(l, s, {.fp32_route = true, .renorm = s.route_renorm, .shared = false, .deepseek = true});
 }
 void deepseek_after_precision(OpList& l, const LayerSetup& s) { mla_attention(l, s); }
 /// The rotary tables hold the rope part of a head only (qk_rope_head_dim) [DS]

@@ -1075,7 +1075,11 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.one_sequence = r.micro_batch_size == 1;
   s.layer.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
   s.layer.family = row->edits;
+  s.layer.route_renorm = m.norm_topk_prob;
   s.dims = group_dims(r, g);
+  // multi-head latent attention: the lists write q through q_a_proj / q_a_layernorm / q_b_proj
+  // (q_lora_rank set, as in DeepSeek-V3's configs), not the plain q_proj of q_lora_rank null
+  if (m.attention == AttentionKind::MultiLatent && m.q_lora_rank == 0) return std::nullopt;
   // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
   if (std::any_of(m.groups.begin(), m.groups.end(), [](const LayerGroup& x) { return x.moe; }) && r.task != Task::Full)
     return std::nullopt;
