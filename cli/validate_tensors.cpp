@@ -262,11 +262,21 @@ TensorCase compare_case(const Case& k, const json& t) {
   }
   std::map<std::string, json> by_name;
   for (const json& l : lists["lists"]) by_name[l["list"].get<std::string>()] = l;
+  // the decoder list that describes a layer (the decoder may be groups of layers with their own
+  // lists; two groups may share a name)
+  auto decoder_list = [&](long layer) -> const json& {
+    for (const json& l : lists["lists"])
+      if (l.contains("layers") && layer >= l["layers"]["first"].get<long>() &&
+          layer < l["layers"]["first"].get<long>() + l["layers"]["count"].get<long>())
+        return l;
+    return by_name["layer"];
+  };
   const bool gc = lists["checkpointing"].get<bool>();
   const std::vector<Recorded> rows = recorded_rows(t);
   for (long layer = -1; layer <= layers; ++layer) {
     Group g;
-    g.list = layer < 0 ? "embedding" : layer == layers ? "head" : layer == 0 && by_name.count("first_layer") ? "first_layer" : "layer";
+    const json& list = layer < 0 ? by_name["embedding"] : layer == layers ? by_name["head"] : decoder_list(layer);
+    g.list = list["list"].get<std::string>();
     g.where = layer < 0 ? "embedding" : layer == layers ? "head" : "layer " + std::to_string(layer);
     const bool recomputed = gc && layer >= 0 && layer < layers;
     const std::string fwd = (recomputed ? "r" : "f") + std::to_string(layer), bwd = "b" + std::to_string(layer);
@@ -274,8 +284,8 @@ TensorCase compare_case(const Case& k, const json& t) {
       if (x.born == fwd) g.fwd.push_back(x);
       else if (x.born == bwd) g.bwd.push_back(x);
     }
-    compare_forward(g, entries_of(by_name[g.list]), out);
-    compare_backward(g, by_name[g.list]["backward"], out);
+    compare_forward(g, entries_of(list), out);
+    compare_backward(g, list["backward"], out);
   }
   return out;
 }

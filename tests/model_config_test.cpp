@@ -299,3 +299,25 @@ TEST_CASE("configs Transformers rejects at the first forward are errors with the
   const json gpt2 = {{"model_type", "gpt2"}, {"n_embd", 100}, {"n_layer", 2}, {"n_head", 3}, {"vocab_size", 100}, {"n_positions", 32}};
   CHECK_THROWS_WITH(parse_model_config(gpt2), Catch::Matchers::Contains("not divisible by 3"));
 }
+
+// The decoder's layer order (ModelSpec::layer_runs): groups merge identical layers wherever they
+// are, the runs keep their order (the tensor schedule walks a decoder whose layers differ by them)
+TEST_CASE("layer runs keep the decoder's order where the groups merge identical layers") {
+  nlohmann::json l4 = read_json(std::filesystem::path(MEMFIT_DATA_DIR) / "validation/tiny_configs/llama4_text-tiny.json");
+  const ModelSpec m = parse_model_config(l4);
+  // 4 layers: dense RoPE, MoE RoPE, dense RoPE, MoE NoPE (interleave_moe_layer_step 2, NoPE every 4th)
+  REQUIRE(m.groups.size() == 3);
+  REQUIRE(m.layer_runs.size() == 4);
+  const std::vector<size_t> order{m.layer_runs[0].group, m.layer_runs[1].group, m.layer_runs[2].group, m.layer_runs[3].group};
+  CHECK(order[0] == order[2]);
+  CHECK(!m.groups[order[0]].moe);
+  CHECK((m.groups[order[1]].moe && m.groups[order[1]].rope));
+  CHECK((m.groups[order[3]].moe && !m.groups[order[3]].rope));
+  nlohmann::json ds = read_json(std::filesystem::path(MEMFIT_DATA_DIR) / "validation/tiny_configs/deepseek_v3-tiny.json");
+  ds["num_hidden_layers"] = 5;
+  ds["first_k_dense_replace"] = 2;
+  const ModelSpec d = parse_model_config(ds);
+  REQUIRE(d.layer_runs.size() == 2);
+  CHECK((d.layer_runs[0].count == 2 && !d.groups[d.layer_runs[0].group].moe));
+  CHECK((d.layer_runs[1].count == 3 && d.groups[d.layer_runs[1].group].moe));
+}

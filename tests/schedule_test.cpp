@@ -161,6 +161,78 @@ TEST_CASE("the periodic shortcut equals the full simulation") {
             }
 }
 
+// A grouped decoder (groups of identical layers with their own sizes, lists and parameters, as
+// DeepSeek-V3's dense then MoE layers): each group is one periodic loop of the shortcut.
+TEST_CASE("the periodic shortcut equals the full simulation on a grouped decoder") {
+  for (bool full : {true, false})
+    for (bool half : {false, true})
+      for (bool gc : {false, true})
+        for (u64 first : {1u, 2u, 5u})
+          for (u64 second : {1u, 3u})
+            for (u64 micro : {1u, 2u}) {
+              StepSetup s = tiny_setup(full, half, false, gc, first + second + 3);
+              s.accumulation = micro;
+              Dims wide = s.dims;
+              wide.i = 3 * s.dims.i;  // the second group's MLP is wider, its parameters larger
+              LayerSetup eager = s.layer;
+              eager.eager = true;  // and its list differs
+              // interleaved as Llama 4's dense and MoE layers: a group may come back after another
+              s.groups = {{"dense_layer", first, s.layer, s.dims, {}, 0}, {"wide_layer", second, eager, wide, {}, 0},
+                          {"dense_layer", 2, s.layer, s.dims, {}, 0}, {"wide_layer", 1, eager, wide, {}, 0}};
+              s.layers = first + second + 3;
+              for (bool cuda : {false, true}) {
+                s.round_512 = cuda;
+                INFO("full " << full << " half " << half << " gc " << gc << " groups " << first << " + " << second
+                             << " micro-batches " << micro);
+                CHECK(peak_allocated(s) == trace_peak(step_trace(s), cuda));
+              }
+            }
+}
+
+// Groups of one kind repeated in a pattern (Llama 4's RoPE and NoPE layers): the peak sink runs the
+// pattern once and extrapolates it, the trace walks every layer
+TEST_CASE("the periodic shortcut equals the full simulation on a repeated pattern of layer groups") {
+  for (bool full : {true, false})
+    for (bool gc : {false, true})
+      for (u64 reps : {1u, 2u, 3u, 12u})
+        for (u64 first : {1u, 3u}) {
+          StepSetup s = tiny_setup(full, true, false, gc, reps * (first + 1));
+          Dims wide = s.dims;
+          wide.i = 3 * s.dims.i;
+          LayerSetup eager = s.layer;
+          eager.eager = true;
+          for (u64 k = 0; k < reps; ++k) {
+            s.groups.push_back({"rope_layer", first, s.layer, s.dims, {}, 0, 0});
+            s.groups.push_back({"nope_layer", 1, eager, wide, {}, 0, 1});
+          }
+          INFO("full " << full << " gc " << gc << " pattern (" << first << " + 1) x " << reps);
+          CHECK(peak_allocated(s) == trace_peak(step_trace(s), false));
+        }
+}
+
+TEST_CASE("a grouped decoder's tables name each group's list and the layers it describes") {
+  StepSetup s = tiny_setup(false, false, false, false, 4);
+  Dims wide = s.dims;
+  wide.i = 3 * s.dims.i;
+  s.groups = {{"dense_layer", 1, s.layer, s.dims, {}, 0}, {"wide_layer", 3, s.layer, wide, {}, 0}};
+  const std::vector<ListTable> t = tensor_tables(s);
+  REQUIRE(t.size() == 4);  // embedding, first_layer (LoRA without checkpointing), wide_layer, head
+  CHECK(t[1].list == "first_layer");
+  CHECK((t[1].first == 0 && t[1].count == 1));
+  CHECK(t[2].list == "wide_layer");
+  CHECK((t[2].first == 1 && t[2].count == 3));
+  // the wide group's gate projection is three times the dense group's
+  auto bytes_of = [](const ListTable& l, std::string_view n) {
+    for (const TensorRow& r : l.forward)
+      if (r.name == n) return r.bytes;
+    return u64{0};
+  };
+  CHECK(bytes_of(t[2], "gate_proj.out") == 3 * bytes_of(t[1], "gate_proj.out"));
+  // a grouped step is not the one-group step of its first group's sizes
+  StepSetup one = tiny_setup(false, false, false, false, 4);
+  CHECK(peak_allocated(s) != peak_allocated(one));
+}
+
 // A later micro-batch adds each new weight gradient into the kept .grad (AccumulateGrad): it allocates
 // one more tensor per trained weight of the first micro-batch's size, and frees all of them.
 TEST_CASE("a later micro-batch's weight gradients are made and freed, the first's kept") {
@@ -399,14 +471,17 @@ TEST_CASE("[.sched-peak] live allocations at the schedule's peak", "[.sched-peak
 TEST_CASE("[.sched-list] schedule vs the records of a filter", "[.sched-list]") {
   const char* env = std::getenv("MEMFIT_SCHED_FILTER");
   const std::string filter = env ? env : "";
-  for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
-                        "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"})
+  std::vector<std::string> files{"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-frameworks.jsonl",
+                                 "cpu-suite-families.jsonl", "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"};
+  // MEMFIT_SCHED_RECORD=/abs/path.jsonl: a record of one's own (a diagnosis run, not a tuning record) instead
+  if (const char* own = std::getenv("MEMFIT_SCHED_RECORD")) files = {std::string("../../../../../../../..") + own};
+  for (const std::string& f : files)
     for (const Record& r : records(f)) {
       if (r.name.find(filter) == std::string::npos) continue;
       const Request q = request_of(r);
       const auto s = step_setup(q);
       if (!s) continue;
-      std::printf("%s %s: schedule %+.2f %%, engine %+.2f %%\n", f, r.name.c_str(),
+      std::printf("%s %s: schedule %+.2f %%, engine %+.2f %%\n", f.c_str(), r.name.c_str(),
                   pct(double(peak_allocated(*s)), double(r.measured)),
                   pct(double(estimate_from(q, AllocatedFrom::Engine).allocated_peak_bytes), double(r.measured)));
     }

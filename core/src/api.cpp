@@ -306,7 +306,9 @@ static json tensor_lists_to_json(const Request& r) {
       fwd.push_back(json_object({{"name", e.name}, {"op", e.op}, {"elements", e.elements}, {"element_bytes", e.element_bytes},
                                  {"bytes", e.bytes}, {"saved", e.saved}, {"freed_after", e.freed_after}}));
     for (const sched::BackwardRow& e : t.backward) bwd.push_back(json_object({{"name", e.name}, {"bytes", e.bytes}}));
-    lists.push_back(json_object({{"list", t.list}, {"forward", fwd}, {"backward", bwd}}));
+    json list = json_object({{"list", t.list}, {"forward", fwd}, {"backward", bwd}});
+    if (t.count > 0) list["layers"] = json_object({{"first", t.first}, {"count", t.count}});  // the decoder layers it describes
+    lists.push_back(std::move(list));
   }
   return json_object({{"covered", true}, {"layers", s->layers}, {"checkpointing", s->checkpointing}, {"lists", lists}});
 }

@@ -44,6 +44,14 @@ u64 Dims::of(Sym x) const {
     case Sym::SharedI: return shared_i;
     case Sym::HeadDimHalf: return head_dim / 2;
     case Sym::S1: return add(s, 1);
+    case Sym::QLora: return q_lora;
+    case Sym::KvLora: return kv_lora;
+    case Sym::KvA: return add(kv_lora, kv_rope);
+    case Sym::KvB: return kv_b;
+    case Sym::VH: return vh;
+    case Sym::RG: return route_groups;
+    case Sym::RG2: return mul(2, route_groups);
+    case Sym::RK: return topk_groups;
   }
   return 1;
 }

@@ -36,7 +36,17 @@ enum class Sym : std::uint8_t {
   QRHalf, KRHalf, ///< half of it (rotate_half's negated slice)
   Pos,            ///< rows of a learned position table
   HeadDimHalf,    ///< half a head (gpt-oss's rotary tables)
-  S1              ///< s + 1 (the scores with gpt-oss's sink column)
+  S1,             ///< s + 1 (the scores with gpt-oss's sink column)
+  // multi-head latent attention (DeepSeek-V3)
+  QLora,          ///< q_lora_rank: q_a_proj's output
+  KvLora,         ///< kv_lora_rank: the compressed K/V latent
+  KvA,            ///< kv_lora_rank + qk_rope_head_dim: kv_a_proj_with_mqa's output
+  KvB,            ///< heads x (qk_nope_head_dim + v_head_dim): kv_b_proj's output
+  VH,             ///< heads x v_head_dim: the attention output o_proj reads
+  // group-limited routing (DeepSeek-V3's router)
+  RG,             ///< n_group
+  RG2,            ///< 2 n_group (the top two scores of each group)
+  RK              ///< topk_group
 };
 
 /// The sizes the symbols take for one request (per rank).
@@ -47,6 +57,8 @@ struct Dims {
   u64 shared_i = 0;           ///< MoE: the shared expert's width
   u64 qkv = 0, qr = 0, kr = 0;  ///< fused q/k/v width (0: q + 2 kv); rotated widths of q and k (0: = q, kv)
   u64 pos = 0;                  ///< rows of the learned position table
+  u64 q_lora = 0, kv_lora = 0, kv_rope = 0, kv_b = 0, vh = 0;  ///< MLA widths (Sym::QLora ... Sym::VH)
+  u64 route_groups = 0, topk_groups = 0;                       ///< group-limited routing (n_group, topk_group)
   [[nodiscard]] u64 of(Sym x) const;
 };
 
@@ -186,6 +198,10 @@ struct LayerSetup {
   /// of its input, a half input gradient); elsewhere (CPU, bf16) the scores are copied to fp32 first
   bool softmax_half_to_float = false;
   const FamilyEdits* family = nullptr;  ///< the family's edits of the Llama lists (schedule.cpp's table); nullptr: none
+  bool moe = false;  ///< a grouped decoder's MoE layers (the family's edit picks the MLP by it: DeepSeek-V3)
+  bool nope = false;        ///< a grouped decoder's NoPE layers: no rotary (Llama 4's global layers)
+  bool qk_l2_norm = false;  ///< q and k L2-normalised per head in fp32 (Llama 4's RoPE layers)
+  bool route_renorm = true; ///< MoE: the top-k routing weights renormalised (ModelSpec::norm_topk_prob; DeepSeek-V3)
 };
 
 /// The lists of one family, and the edit of its first layer when its input needs no gradient.

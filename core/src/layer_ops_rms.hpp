@@ -33,5 +33,11 @@ extern const FamilyEdits kGptOssEdits;
 /// Qwen2-MoE (shared expert) and Qwen3-MoE (q/k norms) (layer_ops_moe.cpp).
 extern const FamilyEdits kQwen2MoeEdits;
 extern const FamilyEdits kQwen3MoeEdits;
+/// DeepSeek-V3: multi-head latent attention; dense layers, then MoE layers with a sigmoid,
+/// group-limited router and a shared MLP (a grouped decoder: LayerSetup::moe picks the MLP).
+extern const FamilyEdits kDeepseekV3Edits;
+/// Llama 4 (llama4_text): chunked RoPE layers with the qk L2 norm, NoPE layers with temperature
+/// tuning, MoE layers running every expert on every token beside a shared expert (layer_ops_llama4.cpp).
+extern const FamilyEdits kLlama4Edits;
 
 }  // namespace memfit::sched

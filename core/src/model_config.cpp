@@ -63,9 +63,15 @@ void add_plain_mlp(std::vector<Linear>& out, u64 h, u64 i, bool bias, const char
   out.push_back(row(down, i, h, bias, LinearInput::MlpHidden));
 }
 
-/// Adds one layer (kind described by `g`, with count 1) to `groups`, merging it into an existing
-/// group of identical structure so that 10^6 layers cost a handful of groups.
-void add_layer(std::vector<LayerGroup>& groups, LayerGroup g) {
+/// Adds one layer (kind described by `g`, with count 1) to the model's groups, merging it into an
+/// existing group of identical structure so that 10^6 layers cost a handful of groups, and to the
+/// layer order (runs of consecutive layers of one group).
+void add_layer(ModelSpec& m, LayerGroup g) {
+  auto in_order = [&](size_t group, u64 count) {
+    if (!m.layer_runs.empty() && m.layer_runs.back().group == group) m.layer_runs.back().count += count;
+    else m.layer_runs.push_back({group, count});
+  };
+  std::vector<LayerGroup>& groups = m.groups;
   for (LayerGroup& e : groups) {
     bool same = e.moe == g.moe && e.sliding_window == g.sliding_window && e.attention_chunk == g.attention_chunk &&
                 e.rope == g.rope && e.other_params == g.other_params &&
@@ -79,9 +85,11 @@ void add_layer(std::vector<LayerGroup>& groups, LayerGroup g) {
     }
     if (same) {
       e.count = add(e.count, g.count);
+      in_order(static_cast<size_t>(&e - groups.data()), g.count);
       return;
     }
   }
+  in_order(groups.size(), g.count);
   groups.push_back(std::move(g));
 }
 
@@ -346,6 +354,8 @@ void build_llama_like(Builder& b) {
     first_dense = r.size_or({"first_k_dense_replace"}, 0);
     moe_freq = r.size_or({"moe_layer_freq"}, 1);
     router_bias_param = r.text_or({"topk_method"}, "") == "noaux_tc";
+    m.router_groups = r.size_or({"n_group"}, 0);
+    m.router_topk_groups = r.size_or({"topk_group"}, 0);
     if (r.size_or({"num_nextn_predict_layers"}, 0) > 0)
       m.notes.push_back("the multi-token-prediction layer(s) stored in the checkpoint are not counted: Transformers does not load them");
   }
@@ -448,7 +458,7 @@ void build_llama_like(Builder& b) {
         add_gated_mlp(g.linears, h, dense_i, mlp_bias);
       }
     }
-    add_layer(m.groups, std::move(g));
+    add_layer(m, std::move(g));
   }
   m.other_params = norm_params(norm, h);  // final norm
   b.finish_head(h, false);
@@ -668,7 +678,7 @@ void build_gpt_neo(Builder& b) {
     add_plain_mlp(g.linears, h, inner, true, "c_fc", "c_proj");
     g.other_params = mul(2, norm_params(NormKind::LayerNorm, h));
     g.sliding_window = idx < local.size() && local[idx] ? window : 0;
-    add_layer(m.groups, std::move(g));
+    add_layer(m, std::move(g));
   }
   m.other_params = norm_params(NormKind::LayerNorm, h);
   b.finish_head(h, false);
@@ -937,7 +947,7 @@ void build_gpt_oss(Builder& b) {
       g.linears.push_back(*e);
     }
     g.other_params = add(mul(2, h), m.heads);  // two RMSNorms + the per-head sinks
-    add_layer(m.groups, std::move(g));
+    add_layer(m, std::move(g));
   }
   m.other_params = h;
   m.tied_embeddings = r.flag_or({"tie_word_embeddings"}, false);
@@ -1002,7 +1012,7 @@ void build_llama4_text(Builder& b) {
       g.mlp_intermediate = dense_i;
       add_gated_mlp(g.linears, h, dense_i, false);
     }
-    add_layer(m.groups, std::move(g));
+    add_layer(m, std::move(g));
   }
   m.other_params = h;
   m.tied_embeddings = r.flag_or({"tie_word_embeddings"}, false);

@@ -151,6 +151,7 @@ class Sink {
   /// Index of the state slot iteration k uses (the peak sink keeps one slot).
   [[nodiscard]] u64 slot(u64 k) const { return record_ ? k : 0; }
   [[nodiscard]] const Best& best() const { return best_; }  ///< the peak sink's
+  [[nodiscard]] bool tracing() const { return record_; }  ///< the trace sink (every iteration runs)
   std::vector<std::int64_t> take_trace() { return std::move(trace_); }
   /// Room for the trace sink's events (growing a vector of tens of thousands of events copies it
   /// several times over).
@@ -583,32 +584,163 @@ std::vector<ParamTensor> outer_params(const StepSetup& s) {
   return p;
 }
 
+/// The optimizer's step: its state at the first step, then the foreach temporaries (one per
+/// parameter), in module order: the leading outer parameters, each group's layers, the rest.
+void optimizer_step(Sink& sink, const StepSetup& s, const std::vector<ParamTensor>& op, size_t lead,
+                    const std::vector<std::pair<u64, const std::vector<ParamTensor>*>>& module_layers, bool first) {
+  auto trained = [&](const std::vector<ParamTensor>& ps) {
+    std::vector<u64> b;
+    for (const ParamTensor& t : ps)
+      if (t.trained) b.push_back(t.bytes);
+    return b;
+  };
+  const std::vector<u64> to_lead = trained({op.begin(), op.begin() + static_cast<std::ptrdiff_t>(lead)}),
+                         to = trained({op.begin() + static_cast<std::ptrdiff_t>(lead), op.end()});
+  std::vector<std::vector<u64>> tl;
+  for (const auto& ml : module_layers) tl.push_back(trained(*ml.second));
+  if (first) {
+    // per parameter, in the order the optimizer walks them (module order): the step counter, then
+    // exp_avg and exp_avg_sq (torch/optim/adam.py _init_group). The counter is a 0-d fp32 tensor on
+    // the parameter's device with fused=True; foreach without capturable keeps it on the CPU
+    // ("special device hosting for step"), off the GPU.
+    const u64 counter = s.optimizer == StepOptimizer::AdamWFused ? 4 : 0;
+    auto state = [&](u64 b) {
+      sink.alloc(counter, kOptimizerStep);
+      sink.alloc(b, kOptimizerState), sink.alloc(b, kOptimizerState);
+    };
+    for (u64 b : to_lead) state(b);
+    for (size_t g = 0; g < tl.size(); ++g)
+      sink.repeat(module_layers[g].first, [&](u64) { for (u64 b : tl[g]) state(b); });
+    for (u64 b : to) state(b);
+  }
+  if (s.optimizer != StepOptimizer::AdamWForeach) return;
+  std::vector<int> tmp;
+  for (u64 b : to_lead) tmp.push_back(sink.alloc(b, kOptimizerTemp));
+  std::vector<std::vector<std::vector<int>>> ltmp(tl.size());
+  for (size_t g = 0; g < tl.size(); ++g) {
+    ltmp[g].resize(module_layers[g].first);
+    sink.repeat(module_layers[g].first, [&](u64 k) { for (u64 b : tl[g]) ltmp[g][sink.slot(k)].push_back(sink.alloc(b, kOptimizerTemp)); });
+  }
+  for (u64 b : to) tmp.push_back(sink.alloc(b, kOptimizerTemp));
+  for (int t : tmp) sink.free(t);
+  for (size_t g = 0; g < tl.size(); ++g)
+    sink.repeat(module_layers[g].first, [&](u64 k) { for (int t : ltmp[g][sink.slot(k)]) sink.free(t); });
+}
+
+/// The setup decoder group g is sized by: a copy of `s` carrying the group's list choices, sizes
+/// and parameters.
+StepSetup group_setup(const StepSetup& s, size_t g) {
+  const StepSetup::Group& x = s.groups[g];
+  StepSetup c = s;
+  c.groups.clear();
+  c.layer = x.layer, c.dims = x.dims, c.linears = x.linears, c.norm_params = x.norm_params, c.layers = x.count;
+  return c;
+}
+std::vector<StepSetup> group_setups(const StepSetup& s) {
+  std::vector<StepSetup> out;
+  for (size_t g = 0; g < s.groups.size(); ++g) out.push_back(group_setup(s, g));
+  return out;
+}
+
+/// A decoder list resolved for its group, and that group's parameter tensors (shared by the runs
+/// of one kind).
+struct ResolvedLayers {
+  Resolved r;
+  std::vector<ParamTensor> params;
+};
+
+/// One run of identical decoder layers as the pass walks it: its resolved list and parameters,
+/// and per layer the state its forward leaves and the weight gradients its backward makes.
+struct LayerRun {
+  const ResolvedLayers* layers = nullptr;
+  u64 count = 0;
+  size_t kind = StepSetup::Group::kNoKind;
+  std::vector<ListState> states;
+  std::vector<std::vector<int>> grads;
+};
+
+/// The decoder's runs, their lists resolved once per kind of group.
+std::vector<LayerRun> layer_runs(const StepSetup& s, const StepLists& lists, std::vector<ResolvedLayers>& store) {
+  store.reserve(lists.layers.size());
+  std::vector<LayerRun> runs;
+  std::vector<std::pair<size_t, const ResolvedLayers*>> by_kind;
+  for (const StepLists::Layers& l : lists.layers) {
+    if (l.count == 0) continue;
+    const auto known = std::find_if(by_kind.begin(), by_kind.end(), [&](const auto& k) {
+      return l.kind != StepSetup::Group::kNoKind && k.first == l.kind;
+    });
+    const ResolvedLayers* r = known != by_kind.end() ? known->second : nullptr;
+    if (!r) {
+      const StepSetup gs = s.groups.empty() ? StepSetup{} : group_setup(s, l.group);
+      const StepSetup& g = s.groups.empty() ? s : gs;
+      store.push_back({resolve(g, l.list), layer_params(g)});
+      r = &store.back();
+      by_kind.push_back({l.kind, r});
+    }
+    runs.push_back({r, l.count, l.kind, std::vector<ListState>(l.count), std::vector<std::vector<int>>(l.count)});
+  }
+  return runs;
+}
+
+/// The runs of the decoder as `reps` repetitions of its first `period` runs (Llama 4's pattern of
+/// layer kinds), for the peak sink to extrapolate; (runs, 1) where there is no such pattern.
+std::pair<size_t, u64> run_pattern(const std::vector<LayerRun>& runs) {
+  for (size_t p = 1; p < runs.size(); ++p) {
+    if (runs.size() % p != 0) continue;
+    bool repeats = true;
+    for (size_t i = 0; i < runs.size() && repeats; ++i)
+      repeats = runs[i].kind != StepSetup::Group::kNoKind && runs[i].kind == runs[i % p].kind &&
+                runs[i].count == runs[i % p].count;
+    if (repeats) return {p, runs.size() / p};
+  }
+  return {runs.size(), 1};
+}
+
 /// Everything a run allocates, in order.
 void run(Sink& sink, const StepSetup& s) {
   const StepLists lists = step_lists(s);
-  const OpList &emb_l = lists.embedding, &layer_l = lists.layer, &head_l = lists.head, &first_l = lists.first_layer;
-  const bool first_differs = lists.first_differs;
-  const Resolved emb = resolve(s, emb_l), layer = resolve(s, layer_l), head = resolve(s, head_l);
-  const bool returns_tensor = s.checkpointing && std::any_of(layer_l.begin(), layer_l.end(), [](const TensorOp& t) {
-    return t.dies_after == "next_layer";
-  });
-  const Resolved first = first_differs ? resolve(s, first_l) : Resolved{};
+  const OpList &emb_l = lists.embedding, &head_l = lists.head;
+  const Resolved emb = resolve(s, emb_l), head = resolve(s, head_l);
+  std::vector<ResolvedLayers> store;
+  std::vector<LayerRun> runs = layer_runs(s, lists, store);
+  bool returns_tensor = false;
+  for (const LayerRun& lr : runs)
+    returns_tensor = returns_tensor || (s.checkpointing && std::any_of(lr.layers->r.ops->begin(), lr.layers->r.ops->end(),
+                                                                       [](const TensorOp& t) { return t.dies_after == "next_layer"; }));
+  // the peak sink runs a repeated pattern of runs once and extrapolates it (its per-run states sit
+  // in slot 0 anyway); the trace sink walks every run
+  const auto [period, reps] = sink.tracing() || returns_tensor ? std::pair<size_t, u64>{runs.size(), 1} : run_pattern(runs);
+  auto each_run = [&](bool reverse, const std::function<void(LayerRun&)>& f) {
+    auto pattern = [&](u64) {
+      for (size_t j = 0; j < period; ++j) f(runs[reverse ? period - 1 - j : j]);
+    };
+    if (reps == 1) pattern(0);
+    else sink.repeat(reps, pattern);
+  };
   // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
   size_t tied_head = kKeep;
   for (size_t i = 0; i < head_l.size(); ++i)
     if (!head_l[i].weight.empty && head.weight_bytes[i] == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
-  const std::vector<ParamTensor> lp = layer_params(s), op = outer_params(s);
-  // weights in module order: the embeddings, the layers (adapters after each layer's own), the
-  // final norm and the head (the optimizer walks them in the same order)
+  const std::vector<ParamTensor> op = outer_params(s);
+  // parameters in module order: the embeddings, the layers (adapters after each layer's own), the
+  // final norm and the head (the optimizer walks them in the same order); the LoRA first layer
+  // has the same parameters as the others of its group
+  std::vector<std::pair<u64, const std::vector<ParamTensor>*>> module_layers;  // (layers, params) per group
+  for (const LayerRun& lr : runs) {
+    const std::vector<ParamTensor>& ps = lr.layers->params;
+    if (!module_layers.empty() && module_layers.back().second->size() == ps.size() &&
+        std::equal(ps.begin(), ps.end(), module_layers.back().second->begin(),
+                   [](const ParamTensor& a, const ParamTensor& b) { return a.bytes == b.bytes && a.trained == b.trained; }))
+      module_layers.back().first += lr.count;
+    else
+      module_layers.push_back({lr.count, &ps});
+  }
   const size_t lead = std::min(s.leading_outer, op.size());
   for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, kParameter);
-  sink.repeat(s.layers, [&](u64) { for (const ParamTensor& t : lp) sink.alloc(t.bytes, kParameter); });
+  for (const auto& [n, ps] : module_layers)
+    sink.repeat(n, [&](u64) { for (const ParamTensor& t : *ps) sink.alloc(t.bytes, kParameter); });
   for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, kParameter);
-  const u64 rest = s.layers - (first_differs ? 1 : 0);  // the identical layers above it
-  std::vector<ListState> states(rest);
-  ListState state0;
-  std::vector<std::vector<int>> layer_grads(rest);
-  std::vector<int> outer_grads, grads0;
+  std::vector<int> outer_grads;
   for (u64 step = 0; step < s.steps; ++step) {
     for (u64 micro = 0; micro < s.accumulation; ++micro) {
       sink.phase(Phase::Forward);
@@ -618,27 +750,25 @@ void run(Sink& sink, const StepSetup& s) {
                                                                 // at the first matmul, a few tensors later)
       ListState e = forward(sink, emb, -1, false, false);
       int carried = e.out;
-      if (first_differs) {
-        state0 = forward(sink, first, carried, false, false);
-        carried = state0.out;
-      }
       // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
       // lives until the next layer has returned, so the first layer differs from the others
       int returned = -1;
-      auto layer_forward = [&](u64 k) {
-        // checkpointing keeps the layer input (the checkpoint's only saved tensor)
-        ListState st = forward(sink, layer, carried, s.checkpointing, s.checkpointing);
-        carried = st.out;
-        if (returned >= 0) sink.free(returned);
-        returned = st.returned;
-        states[sink.slot(k)] = std::move(st);
-      };
-      if (returns_tensor && rest > 0) {
-        layer_forward(0);
-        sink.repeat(rest - 1, [&](u64 k) { layer_forward(k + 1); });
-      } else {
-        sink.repeat(rest, layer_forward);
-      }
+      each_run(false, [&](LayerRun& lr) {
+        auto layer_forward = [&](u64 k) {
+          // checkpointing keeps the layer input (the checkpoint's only saved tensor)
+          ListState st = forward(sink, lr.layers->r, carried, s.checkpointing, s.checkpointing);
+          carried = st.out;
+          if (returned >= 0) sink.free(returned);
+          returned = st.returned;
+          lr.states[sink.slot(k)] = std::move(st);
+        };
+        if (returns_tensor && returned < 0) {  // nothing to free before this run's first layer
+          layer_forward(0);
+          sink.repeat(lr.count - 1, [&](u64 k) { layer_forward(k + 1); });
+        } else {
+          sink.repeat(lr.count, layer_forward);
+        }
+      });
       if (returned >= 0) sink.free(returned);
       // tensors the decoder stack shares (the eager causal mask) die when it returns; under
       // checkpointing each checkpoint keeps those it is given as inputs of its recomputation
@@ -659,21 +789,20 @@ void run(Sink& sink, const StepSetup& s) {
       int grad = backward(sink, head, h, -1, head_wg);
       if (micro == 0)
         for (int g : h.weight_grads) outer_grads.push_back(g);
-      sink.repeat(rest, [&](u64 k) {
-        ListState& st = states[sink.slot(rest - 1 - k)];
-        auto recompute = [&] {
-          const int input = st.ids[0];
-          std::vector<int> grads = std::move(st.weight_grads);
-          st = recompute_forward(sink, layer, input);
-          st.weight_grads = std::move(grads);
-        };
-        grad = s.checkpointing ? backward(sink, layer, st, grad, wg, recompute) : backward(sink, layer, st, grad, wg);
-        if (micro == 0) layer_grads[sink.slot(rest - 1 - k)] = st.weight_grads;
+      each_run(true, [&](LayerRun& lr) {
+        const Resolved& r = lr.layers->r;
+        sink.repeat(lr.count, [&](u64 k) {
+          ListState& st = lr.states[sink.slot(lr.count - 1 - k)];
+          auto recompute = [&] {
+            const int input = st.ids[0];
+            std::vector<int> grads = std::move(st.weight_grads);
+            st = recompute_forward(sink, r, input);
+            st.weight_grads = std::move(grads);
+          };
+          grad = s.checkpointing ? backward(sink, r, st, grad, wg, recompute) : backward(sink, r, st, grad, wg);
+          if (micro == 0) lr.grads[sink.slot(lr.count - 1 - k)] = st.weight_grads;
+        });
       });
-      if (first_differs) {
-        grad = backward(sink, first, state0, grad, wg);
-        if (micro == 0) grads0 = state0.weight_grads;
-      }
       free_shared(true);
       grad = backward(sink, emb, e, grad, wg);
       if (micro == 0)
@@ -703,47 +832,16 @@ void run(Sink& sink, const StepSetup& s) {
         if (head_l[i].dies_after == "backward_end" && h.ids[i] >= 0) sink.free(h.ids[i]);
       sink.free(ids);
     }
-    // optimizer: state at the first step, then the foreach temporaries (one per parameter)
     sink.phase(Phase::OptimizerStep);
-    auto trained = [&](const std::vector<ParamTensor>& ps) {
-      std::vector<u64> b;
-      for (const ParamTensor& t : ps)
-        if (t.trained) b.push_back(t.bytes);
-      return b;
-    };
-    const std::vector<u64> tl = trained(lp), to_lead = trained({op.begin(), op.begin() + static_cast<std::ptrdiff_t>(lead)}),
-                           to = trained({op.begin() + static_cast<std::ptrdiff_t>(lead), op.end()});
-    if (step == 0) {
-      // per parameter, in the order the optimizer walks them (module order): the step counter, then
-      // exp_avg and exp_avg_sq (torch/optim/adam.py _init_group). The counter is a 0-d fp32 tensor on
-      // the parameter's device with fused=True; foreach without capturable keeps it on the CPU
-      // ("special device hosting for step"), off the GPU.
-      const u64 counter = s.optimizer == StepOptimizer::AdamWFused ? 4 : 0;
-      auto state = [&](u64 b) {
-        sink.alloc(counter, kOptimizerStep);
-        sink.alloc(b, kOptimizerState), sink.alloc(b, kOptimizerState);
-      };
-      for (u64 b : to_lead) state(b);
-      sink.repeat(s.layers, [&](u64) { for (u64 b : tl) state(b); });
-      for (u64 b : to) state(b);
-    }
-    if (s.optimizer == StepOptimizer::AdamWForeach) {
-      std::vector<int> tmp;
-      for (u64 b : to_lead) tmp.push_back(sink.alloc(b, kOptimizerTemp));
-      std::vector<std::vector<int>> ltmp(s.layers);
-      sink.repeat(s.layers, [&](u64 k) { for (u64 b : tl) ltmp[sink.slot(k)].push_back(sink.alloc(b, kOptimizerTemp)); });
-      for (u64 b : to) tmp.push_back(sink.alloc(b, kOptimizerTemp));
-      for (int t : tmp) sink.free(t);
-      sink.repeat(s.layers, [&](u64 k) { for (int t : ltmp[sink.slot(k)]) sink.free(t); });
-    }
+    optimizer_step(sink, s, op, lead, module_layers, step == 0);
     // zero_grad(set_to_none=True)
     for (int g : outer_grads) sink.free(g);
-    for (int g : grads0) sink.free(g);
     outer_grads.clear();
-    grads0.clear();
-    sink.repeat(rest, [&](u64 k) {
-      for (int g : layer_grads[sink.slot(k)]) sink.free(g);
-      layer_grads[sink.slot(k)].clear();
+    each_run(false, [&](LayerRun& lr) {
+      sink.repeat(lr.count, [&](u64 k) {
+        for (int g : lr.grads[sink.slot(k)]) sink.free(g);
+        lr.grads[sink.slot(k)].clear();
+      });
     });
   }
 }
@@ -799,22 +897,45 @@ bool runtime_modelled(const Runtime& rt) {
 
 }  // namespace
 
-StepLists step_lists(const StepSetup& s) {
-  StepLists l{s.lists->embedding(s.layer), {}, s.lists->layer(s.layer), s.lists->head(s.layer), false};
+namespace {
+
+/// One decoder layer's list for a group's choices, with the edits every family's layer gets.
+OpList layer_list(const StepSetup& s, const LayerSetup& ls) {
+  OpList l = s.lists->layer(ls);
   // F.softmax(x, dtype=torch.float32) of half scores, in any family's eager list that casts the
   // probabilities back ("attn.probs_half"): aten copies x to fp32 first (edit_softmax_of_half_scores;
   // the tracker's trace of tuning case opt/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw holds the
   // softmax, its output's gradient and its input's, three fp32 [b, heads, s, s], at its peak; it and
   // qwen2/h128-L2-V1024/full/bf16/gc/eager/b4s512/adamw read -30 % and -26 % without them)
-  edit_softmax_of_half_scores(l.layer, s.layer.softmax_half_to_float);
+  edit_softmax_of_half_scores(l, ls.softmax_half_to_float);
+  return l;
+}
+
+}  // namespace
+
+StepLists step_lists(const StepSetup& s) {
+  StepLists l{s.lists->embedding(s.layer), s.lists->head(s.layer), {}};
+  if (s.groups.empty()) l.layers.push_back({"layer", layer_list(s, s.layer), s.layers, 0});
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    const size_t kind = s.groups[g].kind;
+    const auto same = std::find_if(l.layers.begin(), l.layers.end(), [&](const StepLists::Layers& x) {
+      return kind != StepSetup::Group::kNoKind && x.kind == kind;
+    });
+    l.layers.push_back({s.groups[g].name, same != l.layers.end() ? same->list : layer_list(s, s.groups[g].layer),
+                        s.groups[g].count, g, kind});
+  }
   // The lists' dropout is the CPU path (a bernoulli_ noise tensor in the input's dtype, then a
   // mul). On CUDA F.dropout runs the fused native_dropout, which saves a bool mask instead
   // (aten/src/ATen/native/Dropout.cpp: is_fused_kernel_acceptable for CUDA inputs; the estimator's
   // dropout_mask counts 1 byte there too). Not measured on a GPU.
-  if (s.round_512)
-    for (OpList* list : {&l.embedding, &l.layer, &l.head})
-      for (TensorOp& t : *list)
-        if (t.op == "bernoulli_") t.dtype = Dt::Bool, t.op = "native_dropout";
+  auto fused_dropout = [](OpList& list) {
+    for (TensorOp& t : list)
+      if (t.op == "bernoulli_") t.dtype = Dt::Bool, t.op = "native_dropout";
+  };
+  if (s.round_512) {
+    fused_dropout(l.embedding), fused_dropout(l.head);
+    for (StepLists::Layers& d : l.layers) fused_dropout(d.list);
+  }
   // the logits and what the loss makes of them (their fp32 copy, a family's capping, the labels, the
   // log-probabilities), from the head's "logits" entry on, count as logits_loss, as their gradients do
   for (auto it = position(l.head, "logits"); it != l.head.end(); ++it) it->part = Part::LogitsLoss;
@@ -829,16 +950,26 @@ StepLists step_lists(const StepSetup& s) {
     for (TensorOp& t : l.embedding) t.weight = kNone, t.bias = kNone;
   // LoRA without checkpointing: the first layer's input needs no gradient (PEFT calls
   // enable_input_require_grads only for checkpointing), so that layer has its own list
-  l.first_differs = !s.layer.full && !s.checkpointing && s.layers > 0;
-  if (l.first_differs) l.first_layer = l.layer, s.lists->input_needs_no_grad(l.first_layer);
+  if (!s.layer.full && !s.checkpointing && !l.layers.empty() && l.layers.front().count > 0) {
+    StepLists::Layers first{"first_layer", l.layers.front().list, 1, l.layers.front().group, StepSetup::Group::kNoKind};
+    s.lists->input_needs_no_grad(first.list);
+    --l.layers.front().count;
+    l.layers.insert(l.layers.begin(), std::move(first));
+  }
   return l;
 }
 
 std::vector<ListTable> tensor_tables(const StepSetup& s) {
   const StepLists l = step_lists(s);
+  const std::vector<StepSetup> setups = group_setups(s);
   std::vector<ListTable> t{list_table(s, "embedding", l.embedding)};
-  if (l.first_differs) t.push_back(list_table(s, "first_layer", l.first_layer));
-  t.push_back(list_table(s, "layer", l.layer));
+  u64 first = 0;
+  for (const StepLists::Layers& d : l.layers) {
+    if (d.count == 0) continue;
+    t.push_back(list_table(setups.empty() ? s : setups[d.group], d.name, d.list));
+    t.back().first = first, t.back().count = d.count;
+    first += d.count;
+  }
   t.push_back(list_table(s, "head", l.head));
   return t;
 }
@@ -873,6 +1004,14 @@ struct FamilyRow {
   /// run beside every kept gradient, is the step's peak, and the family's checkpointed forward is
   /// not described tensor by tensor)
   bool accumulation_checkpointed = true;
+  /// the decoder's layer groups may differ (DeepSeek-V3's dense layers, then its MoE layers): each
+  /// ModelSpec group becomes a StepSetup group with its own list (LayerSetup::moe), sizes and parameters
+  bool grouped = false;
+  /// eager attention is described (false: the family's edits write only SDPA)
+  bool eager = true;
+  /// a grouped decoder's groups may also differ in their rotary (NoPE layers) and their attention
+  /// chunk (Llama 4): the family's lists read LayerSetup::nope / qk_l2_norm / window_mask per group
+  bool rope_and_chunk_groups = false;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -899,6 +1038,16 @@ constexpr FamilyRow kFamilies[] = {
     {"gpt_oss", &kLlamaLists, &kGptOssEdits, nullptr},
     {"qwen2_moe", &kLlamaLists, &kQwen2MoeEdits, nullptr},
     {"qwen3_moe", &kLlamaLists, &kQwen3MoeEdits, nullptr},
+    // DeepSeek-V3: MLA, first_k_dense_replace dense layers then MoE layers (a grouped decoder); its
+    // SDPA runs the CPU math path (q/k and v head dims differ); MoE: full fine-tuning only
+    {.family = "deepseek_v3", .lists = &kLlamaLists, .edits = &kDeepseekV3Edits, .complete = nullptr, .grouped = true},
+    // Llama 4 (text): chunked RoPE layers, NoPE layers, dense and MoE layers interleaved (a grouped
+    // decoder of runs of one layer at the suite's interleave); MoE: full fine-tuning only. Eager with
+    // checkpointing keeps both float masks until the decoder's backward ends, where PyTorch frees the
+    // full-attention one after the last NoPE layer's backward (the checkpoints holding it): over by
+    // one [b, s, s] mask, +1.7 % on a diagnosis run at s 256 (llama4_text fp32 gc eager, not a record)
+    {.family = "llama4_text", .lists = &kLlamaLists, .edits = &kLlama4Edits, .complete = nullptr, .grouped = true,
+     .rope_and_chunk_groups = true},
     {"gpt_neox", &kGptNeoxLists, nullptr, &complete_layernorm_setup, false, true},
     {"falcon", &kFalconLists, nullptr, &complete_falcon_setup, false, true},
     {"phi", &kPhiLists, nullptr, &complete_layernorm_setup, false, true, true},
@@ -949,6 +1098,15 @@ bool identical_layers(const ModelSpec& m, bool eager, bool nope_as_rope) {
   });
 }
 
+/// Groups of a grouped decoder: trained, with the first one's attention (the MLP may differ), or
+/// with their own rotary and chunk where the family's lists describe them per group.
+bool groups_described(const ModelSpec& m, bool rope_and_chunk) {
+  return std::all_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& g) {
+    return !g.frozen && g.sliding_window == 0 &&
+           (rope_and_chunk || (g.rope == m.groups.front().rope && g.attention_chunk == 0));
+  });
+}
+
 /// Every layer group has the first one's tensors (they may differ in the attention window only).
 bool groups_alike(const ModelSpec& m) {
   for (const LayerGroup& g : m.groups) {
@@ -958,6 +1116,54 @@ bool groups_alike(const ModelSpec& m) {
       return false;
   }
   return true;
+}
+
+/// The decoder's layers in order, as runs of one group each (ModelSpec::layer_runs; the groups in
+/// order where the model has none, or where they do not add up to its groups).
+std::vector<ModelSpec::LayerRun> layers_in_order(const ModelSpec& m) {
+  std::vector<u64> counted(m.groups.size(), 0);
+  bool consistent = !m.layer_runs.empty();
+  for (const ModelSpec::LayerRun& run : m.layer_runs)
+    if (run.group < m.groups.size()) counted[run.group] += run.count;
+    else consistent = false;
+  for (size_t g = 0; g < m.groups.size() && consistent; ++g) consistent = counted[g] == m.groups[g].count;
+  if (consistent) return m.layer_runs;
+  std::vector<ModelSpec::LayerRun> out;
+  for (size_t g = 0; g < m.groups.size(); ++g) out.push_back({g, m.groups[g].count});
+  return out;
+}
+
+/// The sizes the lists' symbols take for one layer group of a request.
+Dims group_dims(const Request& r, const LayerGroup& g) {
+  const ModelSpec& m = r.model;
+  Dims d{r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
+         g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
+         g.experts, g.experts_per_token, g.shared_intermediate};
+  if (m.attention == AttentionKind::MultiLatent) {
+    // MLA: the latents, the rope part of each head (the k rope part is one head shared by all)
+    d.q_lora = m.q_lora_rank, d.kv_lora = m.kv_lora_rank, d.kv_rope = m.qk_rope_head_dim;
+    d.kv_b = mul(m.heads, add(m.qk_nope_head_dim, m.v_head_dim)), d.vh = mul(m.heads, m.v_head_dim);
+    d.qr = mul(m.heads, m.qk_rope_head_dim), d.kr = m.qk_rope_head_dim;
+  }
+  d.route_groups = m.router_groups, d.topk_groups = m.router_topk_groups;
+  return d;
+}
+
+/// The Linears of one layer group as the lists see them: Transformers 5 fuses the routed experts
+/// (one gate_up_proj [E, 2i, h] and one down_proj); which ones LoRA adapts.
+std::vector<StepSetup::LayerLinear> group_linears(const Request& r, const LayerGroup& g) {
+  std::vector<StepSetup::LayerLinear> out;
+  bool after_routed_in = false;
+  for (const Linear& l : g.linears) {
+    const bool target = r.task == Task::Lora && (r.lora.all_linear || std::find(r.lora.targets.begin(),
+                                                                                   r.lora.targets.end(), l.name) !=
+                                                                         r.lora.targets.end());
+    const bool routed_in = l.routed && l.input == LinearInput::MlpIn;
+    if (routed_in && after_routed_in) out.back().out = add(out.back().out, mul(l.out, l.copies));
+    else out.push_back({l.in, mul(l.out, l.copies), l.bias, target});
+    after_routed_in = routed_in;
+  }
+  return out;
 }
 
 }  // namespace
@@ -974,7 +1180,8 @@ std::optional<StepSetup> step_setup(const Request& r) {
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
   if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
       !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
-        (row->windows_alike && groups_alike(m))) ||
+        (row->windows_alike && groups_alike(m)) || (row->grouped && groups_described(m, row->rope_and_chunk_groups))) ||
+      (r.attention == AttentionImpl::Eager && !row->eager) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       (m.attention_dropout > 0 && !row->attention_dropout) ||
       ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
@@ -1011,29 +1218,35 @@ std::optional<StepSetup> step_setup(const Request& r) {
   s.layer.one_sequence = r.micro_batch_size == 1;
   s.layer.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
   s.layer.family = row->edits;
-  s.dims = {r.micro_batch_size, r.sequence_length, m.hidden, mul(m.heads, m.head_dim), mul(m.kv_heads, m.head_dim),
-            g.mlp_intermediate, m.heads, m.vocab, r.task == Task::Lora ? r.lora.rank : 0, m.head_dim, m.kv_heads,
-            g.experts, g.experts_per_token, g.shared_intermediate};
+  s.layer.route_renorm = m.norm_topk_prob;
+  s.dims = group_dims(r, g);
+  // multi-head latent attention: the lists write q through q_a_proj / q_a_layernorm / q_b_proj
+  // (q_lora_rank set, as in DeepSeek-V3's configs), not the plain q_proj of q_lora_rank null
+  if (m.attention == AttentionKind::MultiLatent && m.q_lora_rank == 0) return std::nullopt;
   // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
-  if (g.moe && r.task != Task::Full) return std::nullopt;
+  if (std::any_of(m.groups.begin(), m.groups.end(), [](const LayerGroup& x) { return x.moe; }) && r.task != Task::Full)
+    return std::nullopt;
   s.dtypes.model = s.layer.half ? 2 : 4;
   s.dtypes.adapter = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   s.layers = m.layers;
   s.checkpointing = r.gradient_checkpointing;
   s.tied_embeddings = m.tied_embeddings;
   for (const Linear& l : g.linears) s.qkv_bias = s.qkv_bias || (l.name == "q_proj" && l.bias);
-  bool after_routed_in = false;
-  for (const Linear& l : g.linears) {
-    const bool target = r.task == Task::Lora && (r.lora.all_linear || std::find(r.lora.targets.begin(),
-                                                                                   r.lora.targets.end(), l.name) !=
-                                                                         r.lora.targets.end());
-    // Transformers 5 fuses the routed experts: one gate_up_proj [E, 2i, h] and one down_proj
-    const bool routed_in = l.routed && l.input == LinearInput::MlpIn;
-    if (routed_in && after_routed_in) s.linears.back().out = add(s.linears.back().out, mul(l.out, l.copies));
-    else s.linears.push_back({l.in, mul(l.out, l.copies), l.bias, target});
-    after_routed_in = routed_in;
-  }
+  s.linears = group_linears(r, g);
   s.norm_params = g.other_params;
+  if (row->grouped)
+    for (const ModelSpec::LayerRun& run : layers_in_order(m)) {
+      const LayerGroup& x = m.groups[run.group];
+      // the list's name says what differs: the MLP, the rotary (the tensor tables and the known
+      // mismatches of validate --tensors name lists by it)
+      StepSetup::Group sg{x.moe ? (x.rope ? "moe_layer" : "moe_nope_layer") : (x.rope ? "dense_layer" : "dense_nope_layer"),
+                          run.count, s.layer, group_dims(r, x), group_linears(r, x), x.other_params, run.group};
+      sg.layer.moe = x.moe;
+      sg.layer.nope = !x.rope, sg.layer.qk_l2_norm = x.qk_l2_norm;
+      sg.layer.window_mask = x.local_mask(r.sequence_length) && r.device == Device::Cpu;
+      if (!s.groups.empty() && s.groups.back().kind == sg.kind) s.groups.back().count += run.count;
+      else s.groups.push_back(std::move(sg));
+    }
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
@@ -1051,8 +1264,10 @@ namespace {
 size_t events_bound(const StepSetup& s) {
   const StepLists l = step_lists(s);
   const size_t layers = static_cast<size_t>(s.layers);
-  const size_t entries = l.embedding.size() + l.head.size() + l.layer.size() * layers;
-  const size_t params = layer_params(s).size() * layers + outer_params(s).size();
+  size_t entries = l.embedding.size() + l.head.size(), longest = 0;
+  for (const StepLists::Layers& d : l.layers) entries += d.list.size() * static_cast<size_t>(d.count);
+  for (const StepSetup& g : group_setups(s)) longest = std::max(longest, layer_params(g).size());
+  const size_t params = std::max(longest, layer_params(s).size()) * layers + outer_params(s).size();
   return static_cast<size_t>(s.steps) * (entries * 10 * static_cast<size_t>(s.accumulation) + params * 8);
 }
 

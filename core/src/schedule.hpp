@@ -62,6 +62,24 @@ struct StepSetup {
   };
   std::vector<LayerLinear> linears;
   u64 norm_params = 0;           ///< norm weights of one layer (elements), with `linears`
+  /// A decoder whose layers differ is a sequence of groups, each `count` identical layers with
+  /// their own list choices, sizes and parameters (DeepSeek-V3: the first_k_dense_replace dense
+  /// layers, then the MoE layers); the pass runs each group as one periodic loop. Empty: one
+  /// group, `layers` copies of `layer` / `dims` / `linears` / `norm_params`.
+  struct Group {
+    std::string_view name;  ///< the list's name in the tensor tables ("dense_layer", "moe_layer")
+    u64 count = 0;
+    LayerSetup layer;
+    Dims dims;
+    std::vector<LayerLinear> linears;
+    u64 norm_params = 0;
+    /// Groups of one kind have the same list, sizes and parameters (step_setup: the ModelSpec
+    /// group; Llama 4's layers repeat a pattern of kinds): the pass builds their list once and the
+    /// peak sink extrapolates a repeated pattern. kNoKind: unknown, never the same as another.
+    size_t kind = kNoKind;
+    static constexpr size_t kNoKind = static_cast<size_t>(-1);
+  };
+  std::vector<Group> groups;
 };
 
 /// The setups the lists describe (the families of schedule.cpp's table: llama / mistral / qwen2,
@@ -71,10 +89,21 @@ struct StepSetup {
 [[nodiscard]] std::optional<StepSetup> step_setup(const Request& r);
 
 /// The lists one step runs through: the embedding (rotary tables, masks, the embedding output),
-/// the first decoder layer when it differs from the others, the decoder layer, the head and loss.
+/// the decoder as runs of identical layers, the head and loss.
 struct StepLists {
-  OpList embedding, first_layer, layer, head;
-  bool first_differs = false;  ///< LoRA without checkpointing: layer 0's input needs no gradient
+  /// `count` consecutive decoder layers with one list, sized by the setup of decoder group `group`.
+  struct Layers {
+    std::string_view name;  ///< "first_layer" (LoRA without checkpointing: layer 0's input needs no
+                            ///< gradient), "layer", or the group's name
+    OpList list;
+    u64 count = 0;
+    size_t group = 0;
+    /// the group's kind (StepSetup::Group::kind); kNoKind for the first layer of a LoRA run and
+    /// for the layers of an ungrouped decoder
+    size_t kind = StepSetup::Group::kNoKind;
+  };
+  OpList embedding, head;
+  std::vector<Layers> layers;  ///< in decoder order
 };
 [[nodiscard]] StepLists step_lists(const StepSetup& s);
 
@@ -94,9 +123,10 @@ struct BackwardRow {
   u64 bytes = 0;
 };
 struct ListTable {
-  std::string_view list;  ///< "embedding", "first_layer", "layer", "head"
+  std::string_view list;  ///< "embedding", "first_layer", "layer" (or a group's name), "head"
   std::vector<TensorRow> forward;  ///< entries that allocate, in op order
   std::vector<BackwardRow> backward;  ///< in the order the backward creates them
+  u64 first = 0, count = 0;  ///< decoder lists: the layers it describes (first index, how many)
 };
 /// The step's lists as tables (the input entry, which the previous list created, is left out).
 [[nodiscard]] std::vector<ListTable> tensor_tables(const StepSetup& s);

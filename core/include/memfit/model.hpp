@@ -143,6 +143,9 @@ struct ModelSpec {
   /// MoE routers: top-k weights renormalised to sum 1 (config norm_topk_prob, else the
   /// configuration class's default; Mixtral always renormalises).
   bool norm_topk_prob = true;
+  /// Group-limited routing (DeepSeek-V3 n_group / topk_group): the experts form `router_groups`
+  /// groups and a token's experts come from its `router_topk_groups` best groups; 0: none.
+  u64 router_groups = 0, router_topk_groups = 0;
 
   // What the implementation supports (family_traits.cpp, one row per model_type).
   bool supports_sdpa = true;              ///< Transformers `_supports_sdpa`
@@ -165,6 +168,13 @@ struct ModelSpec {
   u64 vision_params = 0;        ///< multimodal: vision tower + projector (also included in other_params)
   CheckpointQuant checkpoint_quant;
   std::vector<LayerGroup> groups;
+  /// The decoder in layer order: runs of consecutive layers of one group (an index into `groups`,
+  /// which merge identical layers wherever they are). Empty: the groups in order.
+  struct LayerRun {
+    size_t group = 0;
+    u64 count = 0;
+  };
+  std::vector<LayerRun> layer_runs;
 
   /// Linear layers outside the decoder layers that LoRA "all-linear" may target (OPT project_in/out).
   std::vector<Linear> extra_linears;
