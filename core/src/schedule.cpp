@@ -709,7 +709,11 @@ void run(Sink& sink, const StepSetup& s) {
                                                                        [](const TensorOp& t) { return t.dies_after == "next_layer"; }));
   // the peak sink runs a repeated pattern of runs once and extrapolates it (its per-run states sit
   // in slot 0 anyway); the trace sink walks every run
-  const auto [period, reps] = sink.tracing() || returns_tensor ? std::pair<size_t, u64>{runs.size(), 1} : run_pattern(runs);
+  // (two named values, not a structured binding: the lambdas below capture them, which Debian's
+  // Emscripten clang does not allow for bindings)
+  const std::pair<size_t, u64> pattern_of = sink.tracing() || returns_tensor ? std::pair<size_t, u64>{runs.size(), 1} : run_pattern(runs);
+  const size_t period = pattern_of.first;
+  const u64 reps = pattern_of.second;
   auto each_run = [&](bool reverse, const std::function<void(LayerRun&)>& f) {
     auto pattern = [&](u64) {
       for (size_t j = 0; j < period; ++j) f(runs[reverse ? period - 1 - j : j]);
@@ -737,8 +741,10 @@ void run(Sink& sink, const StepSetup& s) {
   }
   const size_t lead = std::min(s.leading_outer, op.size());
   for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, kParameter);
-  for (const auto& [n, ps] : module_layers)
-    sink.repeat(n, [&](u64) { for (const ParamTensor& t : *ps) sink.alloc(t.bytes, kParameter); });
+  for (const auto& group : module_layers) {
+    const std::vector<ParamTensor>& ps = *group.second;
+    sink.repeat(group.first, [&](u64) { for (const ParamTensor& t : ps) sink.alloc(t.bytes, kParameter); });
+  }
   for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, kParameter);
   std::vector<int> outer_grads;
   for (u64 step = 0; step < s.steps; ++step) {
