@@ -87,27 +87,22 @@ rm -rf "$cases_dir"
 # the merged estimator (the unseen figure, README "Accuracy") left 4 of 240 cases over 2 % (worst
 # -7.55 %); their patterns were fixed on new tuning cases of other shapes, and it is now gated at
 # 2 % like the check set (MEMFIT_HOLDOUT_TOLERANCE), no longer unseen evidence.
-# Later draws (validate/make_suite.py LATER_HOLDOUTS) replaced it in turn: cpu_holdout2.json
-# (3 of 160 over 2 % at its first replay), cpu_holdout3.json (2 of 160, worst -9.90 %) and
-# cpu_holdout4.json (1 of 160, -3.28 %), whose patterns were then fixed on new tuning cases, so
-# they are gated at 2 % too; and cpu_holdout5.json, drawn and measured after that, before any of
-# its estimates was read: the figure to quote. Its first replay left 3 of 160 over 2 % (worst
-# -22.17 %, Falcon, since fixed on new tuning cases; GPT-2 autocast +6.89 %, since +3.44 %, and
-# StarCoder2 +2.41 % open); its gate (MEMFIT_HOLDOUT5_TOLERANCE) only catches a regression past
-# the worst open case. cpu_holdout6.json, drawn and measured after the Falcon fix, before any of
-# its estimates was read: 2 of 160 over 2 % at its first replay (max 2.55 %; the Qwen2-MoE miss
-# since fixed on new tuning cases, +2.11 % open); gated at 3 % (MEMFIT_HOLDOUT6_TOLERANCE).
-# cpu_holdout7.json, drawn and measured after that fix, before any of its estimates was read: 5 of
-# 160 over 2 % at its first replay (max 7.02 %); gated at 8 % (MEMFIT_HOLDOUT7_TOLERANCE).
+# Later draws (validate/make_suite.py LATER_HOLDOUTS) replaced it in turn, each measured before
+# any of its estimates was read; at their first replays: cpu_holdout2.json 3 of 160 over 2 %,
+# cpu_holdout3.json 2 (worst -9.90 %), cpu_holdout4.json 1 (-3.28 %), cpu_holdout5.json 3
+# (-22.17 %), cpu_holdout6.json 2 (2.55 %), cpu_holdout7.json 5 (7.02 %). Their misses' patterns
+# were then fixed on new tuning cases of other shapes, so they are gated at 2 % like the check set
+# (MEMFIT_HOLDOUT_TOLERANCE), no longer unseen evidence. cpu_holdout8.json, drawn after holdout 7's
+# fixes and measured before any of its estimates was read, is the figure to quote: 2 of 160 over
+# 2 % at its first replay (max 3.32 %, both over-estimates); its gate (MEMFIT_HOLDOUT8_TOLERANCE)
+# only catches a regression past its worst open case.
 replay_holdout() {  # LABEL RECORD TOLERANCE
   echo "CPU validation, holdout set$1: replay of data/measurements/$2"
   ./build/native/cli/memfit validate --replay "data/measurements/$2" --tolerance "$3"
 }
 replay_holdout "" cpu-holdout.jsonl "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
-for n in 2 3 4; do replay_holdout " $n" "cpu-holdout$n.jsonl" "${MEMFIT_HOLDOUT_TOLERANCE:-2}"; done
-replay_holdout " 5" cpu-holdout5.jsonl "${MEMFIT_HOLDOUT5_TOLERANCE:-4}"
-replay_holdout " 6" cpu-holdout6.jsonl "${MEMFIT_HOLDOUT6_TOLERANCE:-3}"
-replay_holdout " 7" cpu-holdout7.jsonl "${MEMFIT_HOLDOUT7_TOLERANCE:-8}"
+for n in 2 3 4 5 6 7; do replay_holdout " $n" "cpu-holdout$n.jsonl" "${MEMFIT_HOLDOUT_TOLERANCE:-2}"; done
+replay_holdout " 8" cpu-holdout8.jsonl "${MEMFIT_HOLDOUT8_TOLERANCE:-4}"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null
