@@ -42,7 +42,8 @@ const std::vector<Group>& groups() {
   return g;
 }
 // CUDA only, outside the tracker's view (each compared on the metric it belongs to):
-//   allocated: "cublas_workspace" <-> torch.cuda peak allocated - tracker peak (workspaces, 512 B rounding)
+//   allocated: "cublas_workspace" + "allocator_whole_blocks" <-> torch.cuda peak allocated - tracker peak
+//              (workspaces, 512 B rounding, blocks handed out whole)
 //   reserved:  "allocator_overhead" <-> max_memory_reserved - max_memory_allocated
 //   device:    "cuda_context" + "nccl_buffers" + "paged_optimizer_states" <-> NVML used - reserved
 
@@ -52,8 +53,8 @@ std::vector<Part> compare_parts(const json& breakdown, const json& measured_brea
   if (measured_breakdown.is_object())
     for (auto it = measured_breakdown.begin(); it != measured_breakdown.end(); ++it)
       if (it->is_number()) meas[it.key()] += it->get<double>();
-  static const std::set<std::string> cuda_only = {"cublas_workspace", "allocator_overhead", "cuda_context", "nccl_buffers",
-                                                  "paged_optimizer_states"};
+  static const std::set<std::string> cuda_only = {"cublas_workspace", "allocator_whole_blocks", "allocator_overhead",
+                                                  "cuda_context", "nccl_buffers", "paged_optimizer_states"};
   // The KV cache is written inside the prefill forward, so at a prefill peak the tracker still
   // tags it "activation" (it becomes "kv_cache" after the forward returns): with no "kv_cache"
   // measured at the peak, the estimate's KV cache joins the phase-tagged group.
@@ -227,7 +228,8 @@ Report compare(const Case& k, const Options& o) {
   const double nvml = max_over_ranks("nvml_peak_used_bytes");
   std::vector<Part> pa = parts;
   if (m.contains("tracker_peak_bytes"))
-    pa.push_back({"cublas_workspace+rounding", est_part(bd, {"cublas_workspace"}), alloc - num(m, "tracker_peak_bytes")});
+    pa.push_back({"cublas_workspace+rounding", est_part(bd, {"cublas_workspace", "allocator_whole_blocks"}),
+                  alloc - num(m, "tracker_peak_bytes")});
   rep.rows.push_back(numeric_row("allocated", num(pg, "allocated_peak_bytes"), alloc, o.tolerance, pa));
   std::vector<Part> pr = pa;
   pr.push_back({"allocator_overhead", est_part(bd, {"allocator_overhead"}), reserved - alloc});

@@ -162,7 +162,7 @@ const layoutName = (label) => label.replace(/\b(tp|dp|pp) (\d+)/g, '$1\u00a0$2')
 const COLORS = {
   weights: '--c1', master_weights: '--c2', gradients: '--c3', optimizer_states: '--c4', paged_optimizer_states: '--c4',
   activations: '--c5', logits_loss: '--c6', kv_cache: '--c5', optimizer_step: '--c7', cublas_workspace: '--c8',
-  allocator_overhead: '--c9', cuda_context: '--c10',
+  allocator_overhead: '--c9', allocator_whole_blocks: '--c9', cuda_context: '--c10',
 };
 const FALLBACK = ['--c11', '--c12', '--c7', '--c2', '--c3', '--c8'];
 const colorOf = (name, i) => `var(${COLORS[name] ?? FALLBACK[i % FALLBACK.length]})`;

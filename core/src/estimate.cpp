@@ -66,6 +66,7 @@ const char* formula_of(const std::string& name) {
       {"cublas_workspace", "cuBLAS/cuBLASLt workspaces, allocated through PyTorch's allocator"},
       {"allocator_overhead", "caching allocator: reserved minus allocated (approximate rule: 20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak)"},
       {"allocator_overhead_unsure", "caching allocator: reserved minus allocated, the larger of the approximate rule (20 MiB + 1/4 of the activations, loss buffers and temporaries at the peak) and the fragmentation simulated over the tensor schedule, which covers this run but whose allocated peak is over 2 % from the engine's"},
+      {"allocator_whole_blocks", "caching allocator, simulated over the step's tensor schedule: blocks handed out whole (a cached block whose remainder is too small to split off) count at their full size in allocated_bytes, beyond the tensors' 512-byte sizes"},
       {"allocator_fragmentation", "caching allocator, simulated over the step's tensor schedule: segments held at the reserved peak minus the allocated peak (2 MiB segments for blocks <= 1 MiB, 20 MiB or the size rounded to 2 MiB above; freed blocks are cached, split and merged, and a request no cached block fits takes a new segment)"},
       {"cuda_context", "CUDA context and kernel images outside the allocator (nvidia-smi minus reserved)"},
       {"paged_optimizer_states", "bitsandbytes paged states in CUDA unified memory (outside PyTorch's allocator)"},
@@ -745,6 +746,12 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
                    AllocatedFrom from = AllocatedFrom::ScheduleWhereCovered) {
   Estimate e;
   AllocatedChoice choice = choose_allocated(r, engine_peak(r, moments), sim, from);
+  // PyTorch counts a block it hands out whole (a cached block whose remainder is too small to split
+  // off, CUDACachingAllocator.cpp should_split) at its full size in allocated_bytes: the simulation
+  // over the schedule counts that, its 512-byte tensor sizes do not (at most a few tenths of a %)
+  const bool whole_blocks = r.device == Device::Cuda && choice.trusted && choice.chosen.from_schedule &&
+                            sim.allocated > choice.chosen.peak.total();
+  if (whole_blocks) choice.chosen.peak.parts["allocator_whole_blocks"] = sim.allocated - choice.chosen.peak.total();
   const Moment& peak = choice.chosen.peak;
   e.phases = choice.chosen.phases;
   e.peak_phase = peak.phase;
@@ -765,11 +772,12 @@ Estimate summarise(const Request& r, const std::vector<Moment>& moments, u64 pag
 
   static const char* order[] = {"weights", "master_weights", "gradients", "optimizer_states", "activations",
                                 "autocast_weight_copies", "logits_loss", "kv_cache", "temporary_buffers",
-                                "communication_buffers", "cublas_workspace"};
+                                "communication_buffers", "cublas_workspace", "allocator_whole_blocks"};
   for (const char* k : order) {
     auto it = peak.parts.find(k);
     if (it == peak.parts.end() || it->second == 0) continue;
-    e.breakdown.push_back({k, it->second, choice.chosen.from_schedule ? schedule_formula_of(k, peak.phase) : formula_of(k)});
+    const bool scheduled = choice.chosen.from_schedule && std::string_view(k) != "allocator_whole_blocks";
+    e.breakdown.push_back({k, it->second, scheduled ? schedule_formula_of(k, peak.phase) : formula_of(k)});
   }
   if (overhead)
     e.breakdown.push_back({"allocator_overhead", overhead, formula_of(simulated   ? "allocator_fragmentation"
