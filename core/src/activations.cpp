@@ -73,7 +73,9 @@ u64 activation_saves(const std::string& act) {
 //   probabilities and the model loop keeps `outputs = block(...)` through the next block's forward
 //   (the other families' loops keep only the hidden states).
 // - window_from_buffer: GPT-Neo's `_attn` masks local layers with `self.bias[...]` in torch.where.
-// - softmax_in_model_dtype: GPT-2, BioGPT, BERT and Falcon call softmax without dtype=float32.
+// - softmax_in_model_dtype: GPT-2, BioGPT, BERT, Falcon and Llama 4 (text; modeling_llama4.py's
+//   eager_attention_forward: "llama4 doesn't cast attn weights to fp32") call softmax without
+//   dtype=float32.
 // - probs_to_value_dtype: GPT-2's eager_attention_forward casts the probabilities to v's dtype
 //   (`attn_weights.type(value.dtype)`) before dropout; BioGPT and BERT drop the softmax's output.
 // - norm_fp32_one_plus_weight, post_norms: Gemma's RMSNorm; Gemma2/3 post-attention and
@@ -122,6 +124,7 @@ constexpr FamilyActivations kFamilyActivations[] = {
     {.family = "deepseek_v3", .fp32_router = true, .fp32_route_weights = true},
     {.family = "mixtral", .fp32_route_weights = true},
     {.family = "qwen2_moe", .sigmoid_gated_shared_expert = true, .shared_expert_first = true},
+    {.family = "llama4_text", .softmax_in_model_dtype = true},
 };
 // clang-format on
 constexpr FamilyActivations kLlamaLike{};
