@@ -10,6 +10,7 @@
 #include "schedule.hpp"
 
 #include <algorithm>
+#include <map>
 #include <functional>
 
 #include "layer_ops_layernorm.hpp"
@@ -210,42 +211,74 @@ struct Resolved {
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
 
+/// Where each name stands in a list (ascending indexes): resolve() looks names up by position
+/// (the last before, the first or last after) instead of scanning the list for every entry.
+class NamePositions {
+ public:
+  explicit NamePositions(const OpList& l) {
+    for (size_t i = 0; i < l.size(); ++i) at_[l[i].name].push_back(i);
+  }
+  /// The last entry before `i` named `n` (kKeep: none).
+  [[nodiscard]] size_t last_before(std::string_view n, size_t i) const {
+    const std::vector<size_t>* v = find(n);
+    if (!v) return kKeep;
+    auto it = std::lower_bound(v->begin(), v->end(), i);
+    return it == v->begin() ? kKeep : *(it - 1);
+  }
+  /// The first entry after `i` named `n` (kKeep: none).
+  [[nodiscard]] size_t first_after(std::string_view n, size_t i) const {
+    const std::vector<size_t>* v = find(n);
+    if (!v) return kKeep;
+    auto it = std::upper_bound(v->begin(), v->end(), i);
+    return it == v->end() ? kKeep : *it;
+  }
+  /// The last entry after `i` named `n` (kKeep: none).
+  [[nodiscard]] size_t last_after(std::string_view n, size_t i) const {
+    const std::vector<size_t>* v = find(n);
+    return v && v->back() > i ? v->back() : kKeep;
+  }
+
+ private:
+  [[nodiscard]] const std::vector<size_t>* find(std::string_view n) const {
+    if (n.empty()) return nullptr;
+    auto it = at_.find(n);
+    return it == at_.end() ? nullptr : &it->second;
+  }
+  std::map<std::string_view, std::vector<size_t>> at_;
+};
+
 Resolved resolve(const StepSetup& s, const OpList& l) {
   Resolved r;
   r.ops = &l;
-  for (size_t i = 0; i < l.size(); ++i) {
+  const size_t n = l.size();
+  for (std::vector<u64>* v : {&r.bytes, &r.grad_bytes, &r.weight_bytes, &r.bias_bytes, &r.sum_bytes, &r.cast_bytes}) v->reserve(n);
+  for (std::vector<size_t>* v : {&r.skip_to, &r.branch_from, &r.dies_at}) v->reserve(n);
+  r.forward_part.reserve(n), r.backward_part.reserve(n);
+  const NamePositions names(l);
+  for (size_t i = 0; i < n; ++i) {
     const TensorOp& t = l[i];
     r.bytes.push_back(t.op == "carried" ? 0 : bytes_of(s, t.shape, t.dtype));
     r.grad_bytes.push_back(bytes_of(s, t.grad_input, t.grad_dtype));
     r.weight_bytes.push_back(bytes_of(s, t.weight, t.weight_dtype));
     r.bias_bytes.push_back(bytes_of(s, t.bias, t.weight_dtype));
     r.sum_bytes.push_back(bytes_of(s, t.shape, Dt::Model));
-    size_t skip = kKeep;
-    for (size_t j = 0; j < i && !t.residual_of.empty(); ++j)
-      if (l[j].name == t.residual_of) skip = j;
+    const size_t skip = names.last_before(t.residual_of, i);
     r.skip_to.push_back(skip);
-    size_t from = kKeep;
-    for (size_t j = i + 1; j < l.size() && !t.branch_of.empty(); ++j)
-      if (l[j].name == t.branch_of) from = j;
-    r.branch_from.push_back(from);
+    r.branch_from.push_back(names.last_after(t.branch_of, i));
     const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
     r.cast_bytes.push_back(cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0);
     size_t at = kKeep;
     if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end" && t.dies_after != "backward_end") {
-      at = i + 1;
-      for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
-        if (l[j].name == t.dies_after) {
-          at = j;
-          break;
-        }
+      const size_t consumer = names.first_after(t.dies_after, i);
+      at = consumer == kKeep ? i + 1 : consumer;
     }
-    r.dies_at.push_back(at == kKeep ? kKeep : std::min(at, l.size() - 1));
+    r.dies_at.push_back(at == kKeep ? kKeep : std::min(at, n - 1));
   }
-  r.branch_readers.resize(l.size());
-  for (size_t b = 0; b < l.size(); ++b)
+  r.branch_readers.resize(n);
+  for (size_t b = 0; b < n; ++b)
     if (r.branch_from[b] != kKeep) r.branch_readers[r.branch_from[b]].push_back(b);
   for (const TensorOp& t : l) r.carried.push_back(t.op == "carried");
-  for (size_t i = 0; i < l.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     const TensorOp& t = l[i];
     const bool kept = t.saved || t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "next_layer";
     const Part by_lifetime = kept ? Part::Activations : Part::TemporaryBuffers;
@@ -254,15 +287,13 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     r.backward_part.push_back(loss ? Part::LogitsLoss : Part::TemporaryBuffers);
     if (loss && r.loss_from == kKeep) r.loss_from = i;
   }
-  r.released_at.resize(l.size());
-  for (size_t j = 0; j < l.size(); ++j) {
+  r.released_at.resize(n);
+  for (size_t j = 0; j < n; ++j) {
     if (l[j].dies_after == "backward_end") continue;  // run() frees it when the backward is over
-    size_t by = j;
-    for (size_t k = j + 1; k < l.size() && !l[j].released_by.empty(); ++k)
-      if (l[k].name == l[j].released_by) by = k;
-    r.released_at[by].push_back(j);
+    const size_t by = names.last_after(l[j].released_by, j);
+    r.released_at[by == kKeep ? j : by].push_back(j);
   }
-  for (size_t j = 0; j < l.size(); ++j)
+  for (size_t j = 0; j < n; ++j)
     if (r.dies_at[j] != kKeep) r.death_order.push_back(j);
   std::stable_sort(r.death_order.begin(), r.death_order.end(),
                    [&](size_t a, size_t b) { return r.dies_at[a] < r.dies_at[b]; });
