@@ -954,6 +954,7 @@ struct MlpBlock {
   u64 fwd_point = 0;          ///< dense MLP: largest live bytes per token at a forward moment inside it
   u64 recompute_point = 0;    ///< the same in a checkpointed layer's recomputation (stops early)
   bool recompute_stops = false;  ///< the recomputation ends before the layer's output exists
+  bool experts_trained = false;  ///< MoE: the routed experts train (full, or PEFT-parametrised)
   u64 saved = 0;              ///< what the block keeps (its second norm and the tail included)
 };
 
@@ -1036,6 +1037,7 @@ void moe_block(const Layer& L, Kept& kept, MlpBlock& mb) {
   if (!g.experts_on_every_token)
     mb.per_layer_const = add(mb.per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
   const bool experts_trained = moe_merged_weights(L, mb);
+  mb.experts_trained = experts_trained;
   const u64 route_w = fam.fp32_route_weights ? 4 : d.residual;
   // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
   // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
@@ -1321,8 +1323,14 @@ void forward_moments(const Layer& L, const LayerWalk& w, LayerActivations& out) 
     // which is where the recomputation stops (its down_proj's last saving op); by then the
     // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
     // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
-    if (g.experts_on_every_token)
-      out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
+    // Trained experts: the first bmm keeps `routed_in` (moe_block's saved total), so only
+    // `routed_out` is extra (measured, peak dump of tuning case
+    // llama4_text/h128-L4-V1024/full/fp32/gc/sdpa/b2s256/adamw: one mul (2048, 128) and one bmm
+    // (4, 512, 128) in the recomputed MoE layer; +4.60 % counting the weighted input twice).
+    if (g.experts_on_every_token) {
+      const u64 locals = mul(w.mb.experts_trained ? 1 : 2, moe_slots, p, h);
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(locals, add(mul(d.residual, h), mul(2, p, h)))));
+    }
   }
 }
 
@@ -1344,7 +1352,13 @@ u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivatio
   // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
   // weighting mul's gradient of the down output (allocated by the autograd engine, no
   // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-  out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
+  // Every expert on every token (Llama4TextMoe): the scores weight the experts' input, not their
+  // output, and no index gather runs; the first nodes (add_, the sum over experts, the reshape
+  // back to routed_out's [E*T, h]) leave one [E*T, h] gradient, the reshape's copy (measured,
+  // peak dump of tuning case llama4_text/h128-L4-V1024/full/fp32/gc/sdpa/b2s256/adamw: one fp32
+  // clone (4, 512, 128) in the recomputed MoE layer's backward; counting three read +1.63 %).
+  const u64 start_grads = g.experts_on_every_token ? 1 : 3;
+  out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(start_grads, moe_slots, xp, h)));
   out.shared_expert_backward = shared_expert_bwd;
   mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
   mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
