@@ -590,6 +590,9 @@ struct AttentionKernel {
   u64 fwd_s = 0;             ///< score tensors alive at the worst moment of its forward
   u64 fwd_only_s = 0;        ///< fwd_s of a forward that is not a recomputation, where larger
   u64 bwd_s = 0, bwd_tok = 0;  ///< extra live at its worst backward moment
+  /// Gradients beside the score terms at that moment (see attention_backward): the [T, h] ones
+  /// in the residual dtype (0: three, the fused kernels' count) and v's [T, ow] (bytes per element)
+  u64 bwd_hidden_grads = 0, bwd_grad_v_bytes = 0;
   MathLocals math;
 };
 
@@ -788,6 +791,10 @@ AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
   const u64 probs = eager_probabilities(L, kept);
   kept.per_pos = add(kept.per_pos, mul(L.a, probs));
   eager_score_moments(L, probs, ak);
+  // at softmax's backward: the residual stream's incoming gradient (a parallel block's norm output
+  // gradient too) and the PV matmul's gradient of v (attention_backward's measurements)
+  ak.bwd_hidden_grads = L.m.parallel_block ? 2 : 1;
+  ak.bwd_grad_v_bytes = L.p;
   return ak;
 }
 
@@ -806,6 +813,13 @@ AttentionKernel sdpa_math_attention(const Layer& L, bool attn_in_shared, Kept& k
     kept.per_pos = add(kept.per_pos, mul(4, a));
     ak.fwd_s = mul(2, 4, a);
     ak.bwd_s = mul(2, 4, a);
+    // Its backward runs op by op like eager's: at _softmax_backward_data the residual stream's
+    // incoming gradient and the PV bmm's fp32 gradient of v beside the two [s, s] (measured, peak
+    // dump of tuning case deepseek_v3/h128-L2-V1024/full/fp32/gc/sdpa/b2s512/adamw: one fp32 add
+    // (2, 512, 128) and a bmm (8, 512, 16) next to bmm and _softmax_backward_data (2, 4, 512, 512);
+    // +2.84 % counting three [T, h])
+    ak.bwd_hidden_grads = m.parallel_block ? 2 : 1;
+    ak.bwd_grad_v_bytes = 4;
     return ak;
   }
   // CPU: the flash kernel refuses dropout_p > 0 (sdp_utils_cpp.cpp check_for_dropout), so
@@ -1444,7 +1458,7 @@ void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& ou
   const LayerGroup& g = L.g;
   const Request& r = L.r;
   const Dtypes& d = L.d;
-  const u64 p = L.p, h = L.h, ow = L.ow, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
+  const u64 h = L.h, ow = L.ow, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
             bwd_s = w.ak.bwd_s, bwd_tok = w.ak.bwd_tok, attn_tail = w.attn_tail, mlp_norm = w.mb.norm,
             per_layer_const = w.mb.per_layer_const, mlp_saved = w.mb.saved;
   const bool unfused_attention = w.unfused, amp_casts_kept = amp_weight_casts_kept(L);
@@ -1474,9 +1488,8 @@ void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& ou
   // [16, 256, 16] bmm; llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor: one fp32 add
   // and a bf16 [8, 1024, 16] bmm; phi/h128-L3-V1024/lora-r32-all/bf16/gc/eager/b2s384/sgd: two
   // bf16 [2, 384, 128] adds and a [16, 384, 16] bmm)
-  const bool eager = r.attention == AttentionImpl::Eager;
-  const u64 residual_grads = eager ? (m.parallel_block ? 2 : 1) : 3;
-  const u64 grad_v = eager ? mul(p, ow) : 0;
+  const u64 residual_grads = w.ak.bwd_hidden_grads > 0 ? w.ak.bwd_hidden_grads : 3;
+  const u64 grad_v = mul(w.ak.bwd_grad_v_bytes, ow);
   out.attention_backward_transient = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), attn_bwd);
   // the same before what the MLP and the block's tail released is taken off (the moment's own
   // gradients are added to it in estimate.cpp before that subtraction)
