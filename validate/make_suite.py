@@ -762,6 +762,18 @@ def pattern_cases():
         named("qwen3_moe", 4, 2, 1024,
               precision="bf16", attention="sdpa", gradient_checkpointing=True, optimizer="adamw_fused",
               micro_batch_size=2, sequence_length=128),
+        # round 6: checkpointed full training of Llama 4's every-expert MoE (the recomputed MoE
+        # layer's locals and first backward nodes) and of DeepSeek-V3's MLA on CPU SDPA's math path
+        # (its op-by-op attention backward), where the engine over-counted
+        named("llama4_text", 1, 4, 1024, precision="fp32", attention="sdpa", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=256),
+        named("llama4_text", 1, 4, 1024, precision="fp32", attention="eager", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=256),
+        named("llama4_text", 1, 4, 1024, precision="bf16", attention="sdpa", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=256),
+        named("llama4_text", 1, 4, 1024, precision="bf16", attention="eager", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=256),
+        named("deepseek_v3", 1, 2, 1024, gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
     ]
 
 

@@ -590,6 +590,9 @@ struct AttentionKernel {
   u64 fwd_s = 0;             ///< score tensors alive at the worst moment of its forward
   u64 fwd_only_s = 0;        ///< fwd_s of a forward that is not a recomputation, where larger
   u64 bwd_s = 0, bwd_tok = 0;  ///< extra live at its worst backward moment
+  /// Gradients beside the score terms at that moment (see attention_backward): the [T, h] ones
+  /// in the residual dtype (0: three, the fused kernels' count) and v's [T, ow] (bytes per element)
+  u64 bwd_hidden_grads = 0, bwd_grad_v_bytes = 0;
   MathLocals math;
 };
 
@@ -788,6 +791,10 @@ AttentionKernel eager_attention(const Layer& L, const Qkv& qkv, Kept& kept) {
   const u64 probs = eager_probabilities(L, kept);
   kept.per_pos = add(kept.per_pos, mul(L.a, probs));
   eager_score_moments(L, probs, ak);
+  // at softmax's backward: the residual stream's incoming gradient (a parallel block's norm output
+  // gradient too) and the PV matmul's gradient of v (attention_backward's measurements)
+  ak.bwd_hidden_grads = L.m.parallel_block ? 2 : 1;
+  ak.bwd_grad_v_bytes = L.p;
   return ak;
 }
 
@@ -806,6 +813,13 @@ AttentionKernel sdpa_math_attention(const Layer& L, bool attn_in_shared, Kept& k
     kept.per_pos = add(kept.per_pos, mul(4, a));
     ak.fwd_s = mul(2, 4, a);
     ak.bwd_s = mul(2, 4, a);
+    // Its backward runs op by op like eager's: at _softmax_backward_data the residual stream's
+    // incoming gradient and the PV bmm's fp32 gradient of v beside the two [s, s] (measured, peak
+    // dump of tuning case deepseek_v3/h128-L2-V1024/full/fp32/gc/sdpa/b2s512/adamw: one fp32 add
+    // (2, 512, 128) and a bmm (8, 512, 16) next to bmm and _softmax_backward_data (2, 4, 512, 512);
+    // +2.84 % counting three [T, h])
+    ak.bwd_hidden_grads = m.parallel_block ? 2 : 1;
+    ak.bwd_grad_v_bytes = 4;
     return ak;
   }
   // CPU: the flash kernel refuses dropout_p > 0 (sdp_utils_cpp.cpp check_for_dropout), so
@@ -954,6 +968,7 @@ struct MlpBlock {
   u64 fwd_point = 0;          ///< dense MLP: largest live bytes per token at a forward moment inside it
   u64 recompute_point = 0;    ///< the same in a checkpointed layer's recomputation (stops early)
   bool recompute_stops = false;  ///< the recomputation ends before the layer's output exists
+  bool experts_trained = false;  ///< MoE: the routed experts train (full, or PEFT-parametrised)
   u64 saved = 0;              ///< what the block keeps (its second norm and the tail included)
 };
 
@@ -1036,6 +1051,7 @@ void moe_block(const Layer& L, Kept& kept, MlpBlock& mb) {
   if (!g.experts_on_every_token)
     mb.per_layer_const = add(mb.per_layer_const, mul(4, e));  // int32 tokens-per-expert counts [E] (grouped_mm offsets)
   const bool experts_trained = moe_merged_weights(L, mb);
+  mb.experts_trained = experts_trained;
   const u64 route_w = fam.fp32_route_weights ? 4 : d.residual;
   // Every expert on every token (Llama 4, modeling_llama4.py Llama4TextMoe / Llama4TextExperts):
   // E slots per token and no sort indices; per slot the mul weighting the repeated input keeps
@@ -1321,8 +1337,14 @@ void forward_moments(const Layer& L, const LayerWalk& w, LayerActivations& out) 
     // which is where the recomputation stops (its down_proj's last saving op); by then the
     // expert intermediates are saved (measured, peak dump of llama4_text/lora/fp32/gc/eager:
     // mul (512, 128) and bmm (4, 128, 128) next to the shared expert's down_proj outputs).
-    if (g.experts_on_every_token)
-      out.recompute_transient = std::max(attn_point, mul(tokens, add(mul(2, moe_slots, p, h), add(mul(d.residual, h), mul(2, p, h)))));
+    // Trained experts: the first bmm keeps `routed_in` (moe_block's saved total), so only
+    // `routed_out` is extra (measured, peak dump of tuning case
+    // llama4_text/h128-L4-V1024/full/fp32/gc/sdpa/b2s256/adamw: one mul (2048, 128) and one bmm
+    // (4, 512, 128) in the recomputed MoE layer; +4.60 % counting the weighted input twice).
+    if (g.experts_on_every_token) {
+      const u64 locals = mul(w.mb.experts_trained ? 1 : 2, moe_slots, p, h);
+      out.recompute_transient = std::max(attn_point, mul(tokens, add(locals, add(mul(d.residual, h), mul(2, p, h)))));
+    }
   }
 }
 
@@ -1344,7 +1366,13 @@ u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivatio
   // live at once: the contiguous [T, k, h] gradient of the weighted slot sum (clone), the
   // weighting mul's gradient of the down output (allocated by the autograd engine, no
   // dispatcher op) and the zero-filled gradient of the slots' index gather (new_zeros).
-  out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(3, moe_slots, xp, h)));
+  // Every expert on every token (Llama4TextMoe): the scores weight the experts' input, not their
+  // output, and no index gather runs; the first nodes (add_, the sum over experts, the reshape
+  // back to routed_out's [E*T, h]) leave one [E*T, h] gradient, the reshape's copy (measured,
+  // peak dump of tuning case llama4_text/h128-L4-V1024/full/fp32/gc/sdpa/b2s256/adamw: one fp32
+  // clone (4, 512, 128) in the recomputed MoE layer's backward; counting three read +1.63 %).
+  const u64 start_grads = g.experts_on_every_token ? 1 : 3;
+  out.moe_backward_start = mul(tokens, add(mul(d.residual, h), mul(start_grads, moe_slots, xp, h)));
   out.shared_expert_backward = shared_expert_bwd;
   mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
   mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
@@ -1430,7 +1458,7 @@ void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& ou
   const LayerGroup& g = L.g;
   const Request& r = L.r;
   const Dtypes& d = L.d;
-  const u64 p = L.p, h = L.h, ow = L.ow, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
+  const u64 h = L.h, ow = L.ow, s = L.s, tokens = L.tokens, norm_out = L.norm_out,
             bwd_s = w.ak.bwd_s, bwd_tok = w.ak.bwd_tok, attn_tail = w.attn_tail, mlp_norm = w.mb.norm,
             per_layer_const = w.mb.per_layer_const, mlp_saved = w.mb.saved;
   const bool unfused_attention = w.unfused, amp_casts_kept = amp_weight_casts_kept(L);
@@ -1460,9 +1488,8 @@ void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& ou
   // [16, 256, 16] bmm; llama/h128-L4-V1024/full/amp_bf16/gc/eager/b1s1024/adafactor: one fp32 add
   // and a bf16 [8, 1024, 16] bmm; phi/h128-L3-V1024/lora-r32-all/bf16/gc/eager/b2s384/sgd: two
   // bf16 [2, 384, 128] adds and a [16, 384, 16] bmm)
-  const bool eager = r.attention == AttentionImpl::Eager;
-  const u64 residual_grads = eager ? (m.parallel_block ? 2 : 1) : 3;
-  const u64 grad_v = eager ? mul(p, ow) : 0;
+  const u64 residual_grads = w.ak.bwd_hidden_grads > 0 ? w.ak.bwd_hidden_grads : 3;
+  const u64 grad_v = mul(w.ak.bwd_grad_v_bytes, ow);
   out.attention_backward_transient = add(mul(tokens, add(mul(residual_grads, d.residual, h), grad_v)), attn_bwd);
   // the same before what the MLP and the block's tail released is taken off (the moment's own
   // gradients are added to it in estimate.cpp before that subtraction)
