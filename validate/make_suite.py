@@ -498,6 +498,11 @@ def pattern_cases():
               micro_batch_size=2, sequence_length=96),
         named("gpt_bigcode", 2, 2, 2048, precision="amp_bf16", attention="eager", optimizer="sgd",
               micro_batch_size=3, sequence_length=64),
+        # CodeGen with more than one head per mp_num group: _split_heads copies v, so the PV matmul
+        # does not keep qkv_proj's whole output at micro-batch 1
+        named("codegen", 2, 3, 2048, task="lora", attention="eager", optimizer="adamw_fused",
+              micro_batch_size=1, sequence_length=192,
+              lora={"rank": 8, "alpha": 16, "targets": LORA_TARGETS["codegen"][0], "dropout": 0.0}),
         # a checkpointed eager forward of an fp32 model: softmax(dtype=float32) of fp32 scores makes
         # no copy, so at most two [b, nh, s, s] are alive (StarCoder2: LoRA on the attention)
         named("starcoder2", 2, 3, 1024, task="lora", attention="eager", gradient_checkpointing=True,

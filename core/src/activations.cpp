@@ -69,6 +69,10 @@ u64 activation_saves(const std::string& act) {
 // measurements cited where each column is used below.
 // - qk_in_fp32: GPT-Neo, GPT-J and CodeGen cast q and k to fp32 before QK^T.
 // - v_view_of_fused_qkv: CodeGen and GPT-NeoX split v out of the fused projection as a view.
+//   v_view_max_heads: CodeGen's _split_heads reshapes qkv into mp_num = 4 groups; with more than
+//   one head per group the reshape copies q, k and v (measured, op-by-op live bytes of tuning
+//   case codegen/h256-L3-V2048/lora-r8-qv/fp32/nogc/eager/b1s192/adamw_fused, 8 heads: a v clone
+//   (1, 192, 4, 2, 32) per layer and no qkv_proj output alive at the loss backward).
 // - loop_keeps_attention_probs: Falcon, BLOOM, GPT-Neo, GPT-J and CodeGen blocks return their
 //   probabilities and the model loop keeps `outputs = block(...)` through the next block's forward
 //   (the other families' loops keep only the hidden states).
@@ -109,7 +113,8 @@ constexpr FamilyActivations kFamilyActivations[] = {
      .fused_qkv_local = true, .embedding_layernorm = true},
     {.family = "gpt_neo", .qk_in_fp32 = true, .loop_keeps_attention_probs = true, .window_from_buffer = true},
     {.family = "gptj", .qk_in_fp32 = true, .loop_keeps_attention_probs = true},
-    {.family = "codegen", .qk_in_fp32 = true, .v_view_of_fused_qkv = true, .loop_keeps_attention_probs = true},
+    {.family = "codegen", .qk_in_fp32 = true, .v_view_of_fused_qkv = true, .v_view_max_heads = 4,
+     .loop_keeps_attention_probs = true},
     {.family = "gpt_neox", .v_view_of_fused_qkv = true, .rotary_by_cat = true},
     {.family = "phi", .rotary_by_cat = true},
     {.family = "phi3", .rotary_by_cat = true},
@@ -677,7 +682,8 @@ void eager_qkv_kept(const Layer& L, const Qkv& qkv, Kept& kept, AttentionKernel&
   // output viewed [b, s, heads, 3d], transposed, chunked), so its whole output stays as well
   // (measured, peak dump of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896/
   // adamw_fused: each layer's fp32 [896, 192] addmm alive at the loss backward, no v copy).
-  const bool v_views_fused = fam.v_view_of_fused_qkv && m.fused_qkv && tokens == seq && !r.gradient_checkpointing;
+  const bool v_views_fused = fam.v_view_of_fused_qkv && m.fused_qkv && tokens == seq && !r.gradient_checkpointing &&
+                             (fam.v_view_max_heads == 0 || m.heads <= fam.v_view_max_heads);
   ak.v_excess = v_views_fused ? mul(p, add(qw, kw)) : 0;
   const u64 vv = add(vv_own, ak.v_excess);
   // GPT-Neo's, GPT-J's and CodeGen's eager attention upcast query and key to fp32 before

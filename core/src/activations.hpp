@@ -32,6 +32,7 @@ struct FamilyActivations {
   const char* family = "";
   bool qk_in_fp32 = false;               ///< eager QK^T computed in fp32 whatever the dtype
   bool v_view_of_fused_qkv = false;      ///< eager v is a view of the fused q/k/v output
+  u64 v_view_max_heads = 0;              ///< ... only up to this many heads (0: any)
   bool loop_keeps_attention_probs = false;  ///< the block returns its probabilities, the loop keeps them
   bool window_from_buffer = false;       ///< local layers mask with a causal buffer of the module
   bool softmax_in_model_dtype = false;   ///< eager softmax without an fp32 upcast
