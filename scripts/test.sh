@@ -50,7 +50,7 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 #  2. the tuning set's shape-randomised and pattern cases, and
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
 #     with MEMFIT_CHECK_SEED=<seed>): both at MEMFIT_SHAPES_TOLERANCE, 2 % like the one-shape set
-#     (the replays hold it: cpu-suite-generated.jsonl 0 of 261 over 2 %, cpu-check.jsonl 0 of 300).
+#     (the replays hold it: cpu-suite-generated.jsonl 0 of 262 over 2 %, cpu-check.jsonl 0 of 300).
 # A case that crashes fails the stage whatever the tolerance; so does a LitGPT case when
 # ~/.cache/memfit/litgpt (installed by scripts/setup.sh python) is missing. The 15 LitGPT cases add
 # about 30-60 s.
@@ -94,15 +94,15 @@ rm -rf "$cases_dir"
 # were then fixed on new tuning cases of other shapes, so they are gated at 2 % like the check set
 # (MEMFIT_HOLDOUT_TOLERANCE), no longer unseen evidence. cpu_holdout8.json, drawn after holdout 7's
 # fixes and measured before any of its estimates was read, is the figure to quote: 2 of 160 over
-# 2 % at its first replay (max 3.32 %, both over-estimates); its gate (MEMFIT_HOLDOUT8_TOLERANCE)
-# only catches a regression past its worst open case.
+# 2 % at its first replay (max 3.32 %, both over-estimates); both patterns were then fixed on new
+# tuning cases, so it is gated at 2 % too (MEMFIT_HOLDOUT8_TOLERANCE).
 replay_holdout() {  # LABEL RECORD TOLERANCE
   echo "CPU validation, holdout set$1: replay of data/measurements/$2"
   ./build/native/cli/memfit validate --replay "data/measurements/$2" --tolerance "$3"
 }
 replay_holdout "" cpu-holdout.jsonl "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
 for n in 2 3 4 5 6 7; do replay_holdout " $n" "cpu-holdout$n.jsonl" "${MEMFIT_HOLDOUT_TOLERANCE:-2}"; done
-replay_holdout " 8" cpu-holdout8.jsonl "${MEMFIT_HOLDOUT8_TOLERANCE:-4}"
+replay_holdout " 8" cpu-holdout8.jsonl "${MEMFIT_HOLDOUT8_TOLERANCE:-2}"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null

@@ -503,6 +503,9 @@ def pattern_cases():
         named("codegen", 2, 3, 2048, task="lora", attention="eager", optimizer="adamw_fused",
               micro_batch_size=1, sequence_length=192,
               lora={"rank": 8, "alpha": 16, "targets": LORA_TARGETS["codegen"][0], "dropout": 0.0}),
+        # one K/V head behind a sliding-window SDPA mask at micro-batch 1: repeat_kv is a view, the
+        # kernel keeps k and v at their own width
+        named("mistral", 0.5, 3, 2048, optimizer="adafactor", micro_batch_size=1, sequence_length=384),
         # a checkpointed eager forward of an fp32 model: softmax(dtype=float32) of fp32 scores makes
         # no copy, so at most two [b, nh, s, s] are alive (StarCoder2: LoRA on the attention)
         named("starcoder2", 2, 3, 1024, task="lora", attention="eager", gradient_checkpointing=True,
