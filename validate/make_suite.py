@@ -50,6 +50,7 @@ LATER_HOLDOUTS = [
     (6, 20261130, 160, "after the fifth holdout set's Falcon miss was fixed"),
     (7, 20261131, 160, "after the sixth holdout set's Qwen2-MoE miss was fixed"),
     (8, 20261201, 160, "after the seventh holdout set's misses were fixed (2026-11-25 session)"),
+    (9, 20261202, 160, "after the eighth holdout set's misses were fixed (2026-11-25 session)"),
 ]
 
 
