@@ -93,9 +93,12 @@ rm -rf "$cases_dir"
 # (-22.17 %), cpu_holdout6.json 2 (2.55 %), cpu_holdout7.json 5 (7.02 %). Their misses' patterns
 # were then fixed on new tuning cases of other shapes, so they are gated at 2 % like the check set
 # (MEMFIT_HOLDOUT_TOLERANCE), no longer unseen evidence. cpu_holdout8.json, drawn after holdout 7's
-# fixes and measured before any of its estimates was read, is the figure to quote: 2 of 160 over
+# fixes and measured before any of its estimates was read, was the figure to quote: 2 of 160 over
 # 2 % at its first replay (max 3.32 %, both over-estimates); both patterns were then fixed on new
-# tuning cases, so it is gated at 2 % too (MEMFIT_HOLDOUT8_TOLERANCE).
+# tuning cases, so it is gated at 2 % too (MEMFIT_HOLDOUT8_TOLERANCE). cpu_holdout9.json, drawn
+# after that and measured before any of its estimates was read, is the figure to quote now: 4 of
+# 160 over 2 % at its first replay (max 2.53 %); gated at 3 % (MEMFIT_HOLDOUT9_TOLERANCE), which
+# only catches a regression past its worst open case.
 replay_holdout() {  # LABEL RECORD TOLERANCE
   echo "CPU validation, holdout set$1: replay of data/measurements/$2"
   ./build/native/cli/memfit validate --replay "data/measurements/$2" --tolerance "$3"
@@ -103,6 +106,7 @@ replay_holdout() {  # LABEL RECORD TOLERANCE
 replay_holdout "" cpu-holdout.jsonl "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
 for n in 2 3 4 5 6 7; do replay_holdout " $n" "cpu-holdout$n.jsonl" "${MEMFIT_HOLDOUT_TOLERANCE:-2}"; done
 replay_holdout " 8" cpu-holdout8.jsonl "${MEMFIT_HOLDOUT8_TOLERANCE:-2}"
+replay_holdout " 9" cpu-holdout9.jsonl "${MEMFIT_HOLDOUT9_TOLERANCE:-3}"
 
 echo "== WebAssembly build and Node tests (module boundary; byte-identical to the native CLI)"
 cmake --preset wasm >/dev/null
