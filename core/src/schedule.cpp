@@ -36,8 +36,8 @@ constexpr EventKind kBiasGrad{"bias_grad", Part::TemporaryBuffers};
 constexpr EventKind kWeightGradNew{"weight_grad_new", Part::TemporaryBuffers};  // a later micro-batch's, added into .grad
 constexpr EventKind kBiasGradNew{"bias_grad_new", Part::TemporaryBuffers};
 constexpr EventKind kDenseEmbedGrad{"embed.weight_grad", Part::TemporaryBuffers};  // a tied table's, summed with the head's
-constexpr EventKind kTiedGrad{"tied_weight_grad", Part::TemporaryBuffers};  // that sum: the table's .grad (retagged)
-constexpr EventKind kTiedGradNew{"tied_weight_grad", Part::TemporaryBuffers};  // a later micro-batch's sum, added into it
+// that sum: the table's .grad in the first micro-batch (retagged), added into it in a later one
+constexpr EventKind kTiedGrad{"tied_weight_grad", Part::TemporaryBuffers};
 constexpr EventKind kOptimizerStep{"optimizer_step", Part::OptimizerStates};
 constexpr EventKind kOptimizerState{"optimizer_state", Part::OptimizerStates};
 constexpr EventKind kOptimizerTemp{"optimizer_temp", Part::TemporaryBuffers};
@@ -211,6 +211,13 @@ struct Resolved {
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
 
+/// A lifetime that outlasts the list's forward, named rather than by a consumer entry: handed to
+/// the next list ("layer_out"), held until the decoder stack returns ("decoder_end") or until the
+/// backward is over ("backward_end").
+bool outlives_list(std::string_view dies_after) {
+  return dies_after == "layer_out" || dies_after == "decoder_end" || dies_after == "backward_end";
+}
+
 /// Where each name stands in a list (ascending indexes): resolve() looks names up by position
 /// (the last before, the first or last after) instead of scanning the list for every entry.
 class NamePositions {
@@ -268,7 +275,7 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
     r.cast_bytes.push_back(cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0);
     size_t at = kKeep;
-    if (!t.saved && t.dies_after != "layer_out" && t.dies_after != "decoder_end" && t.dies_after != "backward_end") {
+    if (!t.saved && !outlives_list(t.dies_after)) {
       const size_t consumer = names.first_after(t.dies_after, i);
       at = consumer == kKeep ? i + 1 : consumer;
     }
@@ -851,10 +858,10 @@ void run(Sink& sink, const StepSetup& s) {
         // becomes the .grad in the first micro-batch and is added into it in a later one
         const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
         const int dense = sink.alloc(vh, kDenseEmbedGrad);
-        const int sum = sink.alloc(vh, micro == 0 ? kTiedGrad : kTiedGradNew);
+        const int sum = sink.alloc(vh, kTiedGrad);
         sink.free(dense);
-        if (micro == 0) sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
         if (micro == 0) {
+          sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
           auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
           sink.free(*head_grad);
           *head_grad = sum;
@@ -886,7 +893,7 @@ void run(Sink& sink, const StepSetup& s) {
 std::string_view freed_after(const OpList& l, size_t i) {
   const TensorOp& t = l[i];
   if (t.saved) return {};
-  if (t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "backward_end") return t.dies_after;
+  if (outlives_list(t.dies_after)) return t.dies_after;
   size_t at = i + 1;
   for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
     if (l[j].name == t.dies_after) {
@@ -931,10 +938,6 @@ bool runtime_modelled(const Runtime& rt) {
          !rt.compile;
 }
 
-
-}  // namespace
-
-namespace {
 
 /// One decoder layer's list for a group's choices, with the edits every family's layer gets.
 OpList layer_list(const StepSetup& s, const LayerSetup& ls) {
