@@ -43,14 +43,15 @@ HOLDOUT = 240
 # been opened and fixed, a new seed replaces it as the figure to quote. Each row: the set's number
 # (file cpu_holdout<n>.json, names "holdout<n>/"), its seed, its size, when it was measured.
 LATER_HOLDOUTS = [
-    (2, 20261126, 160, "after the first holdout set's misses were fixed"),
-    (3, 20261127, 160, "after the second holdout set's misses were fixed"),
-    (4, 20261128, 160, "after the third holdout set's misses were fixed"),
-    (5, 20261129, 160, "after the fourth holdout set's miss was fixed"),
-    (6, 20261130, 160, "after the fifth holdout set's Falcon miss was fixed"),
-    (7, 20261131, 160, "after the sixth holdout set's Qwen2-MoE miss was fixed"),
-    (8, 20261201, 160, "after the seventh holdout set's misses were fixed (2026-11-25 session)"),
-    (9, 20261202, 160, "after the eighth holdout set's misses were fixed (2026-11-25 session)"),
+    (2, 20261126, 160, "on 2026-11-24 after the first holdout set's misses were fixed"),
+    (3, 20261127, 160, "on 2026-11-24 after the second holdout set's misses were fixed"),
+    (4, 20261128, 160, "on 2026-11-24 after the third holdout set's misses were fixed"),
+    (5, 20261129, 160, "on 2026-11-24 after the fourth holdout set's miss was fixed"),
+    (6, 20261130, 160, "on 2026-11-24 after the fifth holdout set's Falcon miss was fixed"),
+    (7, 20261131, 160, "on 2026-11-24 after the sixth holdout set's Qwen2-MoE miss was fixed"),
+    (8, 20261201, 160, "on 2026-11-25 after the seventh holdout set's misses were fixed"),
+    (9, 20261202, 160, "on 2026-11-25 after the eighth holdout set's misses were fixed"),
+    (10, 20261203, 160, "on 2026-11-25 before the ninth holdout set's misses were worked on"),
 ]
 
 
@@ -881,7 +882,7 @@ def main():
                        "case before a release (data/validation/README.md).", holdout_cases())
     for n, seed, count, when in LATER_HOLDOUTS:
         write(later_holdout_path(n), f"memfit CPU validation suite, holdout set {n}: {count} shape-randomised cases drawn "
-                                     f"like the check set with their own seed ({seed}), measured on 2026-11-24 {when}, "
+                                     f"like the check set with their own seed ({seed}), measured {when}, "
                                      "before any estimate of them was read. Never used to tune a formula "
                                      "(data/validation/README.md).", later_holdout_cases(n))
 
