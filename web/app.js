@@ -5,6 +5,7 @@ import { h, params, renderDetail, renderGrid, renderRecommendation, toMarkdown }
 import { buildRequest, decodeConfig, defaultState, encodeConfig, readForm, stateFromRequest, stateFromUrl, stateToHash, writeForm } from './state.js';
 import { setupIntake } from './intake.js';
 import { searchModels } from './search.js';
+import { markScrollEdges } from './scroll-edges.js';
 import { fieldProblems, coreErrorField, showFieldMessages } from './fields.js';
 
 const $ = (id) => document.getElementById(id);
@@ -587,6 +588,9 @@ if (embed && window.parent !== window) {
   const post = () => window.parent.postMessage({ memfit: 'size', height: Math.ceil(document.documentElement.getBoundingClientRect().height) }, '*');
   new ResizeObserver(post).observe(document.documentElement);
 }
+
+// Phones: the wide tables show which side scrolls on.
+for (const scroller of document.querySelectorAll('.scroll-frame > .scroll')) markScrollEdges(scroller);
 
 // Phones: a pinned one-line answer while the results are out of view.
 new IntersectionObserver(([e]) => document.body.classList.toggle('results-in-view', e.isIntersecting))

@@ -209,6 +209,15 @@ test('phone: the answer is pinned while the form is in view; layout names are wh
   const names = await page.locator('#grid tbody th').evaluateAll((ths) => ths.map((th) => th.scrollWidth <= th.clientWidth + 1));
   assert.ok(names.every(Boolean), 'no layout name is cut');
   await screenshot(page, 'phone-grid', false);
+  // The grid is wider than the phone: its frame shows a shadow on the side that scrolls on, drawn
+  // above the coloured cells (a class on the frame, not the scroller's background).
+  const edges = () => page.locator('#grid-card .scroll-frame').evaluate((f) => [...f.classList].sort().join(' '));
+  assert.equal(await edges(), 'more-right scroll-frame');
+  await page.locator('#grid-card .scroll').evaluate((s) => { s.scrollLeft = s.scrollWidth; });
+  await page.waitForFunction(() => document.querySelector('#grid-card .scroll-frame').classList.contains('more-left'));
+  assert.equal(await edges(), 'more-left scroll-frame');
+  await page.locator('#grid-card .scroll').evaluate((s) => { s.scrollLeft = 0; });
+  await screenshot(page, 'phone-grid-shadow', false);
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
   assert.ok(overflow <= 0);
   await context.close();
