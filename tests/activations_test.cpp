@@ -167,6 +167,25 @@ TEST_CASE("CPU SDPA with a window: per-layer mask; cat-built rotary q: o_proj ke
   CHECK(layer1("phi3", "lora", "fp32", "sdpa").saved == 1496064);
 }
 
+TEST_CASE("CUDA SDPA with a window: the same per-layer float mask, padded to 8 keys", "[activations]") {
+  // Not measured (no GPU): from source. Transformers builds the same bool mask on every device
+  // (masking_utils.py sdpa_mask); SDPA converts it to a float bias in the query dtype
+  // (attention.cpp convert_boolean_attn_mask); CUDA's memory-efficient kernel saves it for the
+  // backward (derivatives.yaml) after preprocess_mask pads its last dim to a multiple of 8.
+  const auto saved = [](bool windowed, u64 seq) {
+    json config = tiny("phi3");  // window 31, 8 heads, 8 K/V heads (no K/V repeat)
+    if (!windowed) config.erase("sliding_window");
+    json j = {{"model", {{"config", config}}}, {"task", "lora"}, {"precision", "fp32"}, {"attention", "sdpa"},
+              {"micro_batch_size", 2}, {"sequence_length", seq}, {"device", "cuda"}, {"gpu", {{"name", "H100-SXM-80GB"}}},
+              {"lora", {{"rank", 8}, {"alpha", 16}, {"targets", "all-linear"}}}};
+    const Request r = request_from_json(j);
+    const ModelStates s = model_states(r, MixedMode::None);
+    return layer_activations(r.model, r.model.groups.back(), r, s.linears.back(), 2 * seq, seq).saved;
+  };
+  CHECK(saved(true, 64) - saved(false, 64) == 2 * 64 * 64 * 4);  // [2, 1, 64, 64] fp32
+  CHECK(saved(true, 60) - saved(false, 60) == 2 * 60 * 64 * 4);  // [2, 1, 60, 60] padded to 64 keys
+}
+
 TEST_CASE("GPTBigCode bf16 eager: fp32 softmax, attention dropout on its half copy", "[activations]") {
   // analyze_saved.py gpt_bigcode-tiny --lora --precision bf16 --attention eager: layers.1
   // 1,098,752 B: fp32 softmax (131,072 B), bf16 dropout noise and output (65,536 B each), no

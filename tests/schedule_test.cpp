@@ -419,13 +419,16 @@ TEST_CASE("[.sched-holdout] schedule vs the holdout records", "[.sched-holdout]"
 }
 
 // Diagnosis: the live allocations at the schedule's peak for the record named by $MEMFIT_CASE in
-// $MEMFIT_RECORD (default cpu-suite-generated.jsonl).
+// $MEMFIT_RECORD (default cpu-suite-generated.jsonl); MEMFIT_AS_H100=1 sets the request on an H100,
+// where the lists take CUDA's kernels (the measured figure printed is still the CPU record's).
 TEST_CASE("[.sched-peak] live allocations at the schedule's peak", "[.sched-peak]") {
   const char* name = std::getenv("MEMFIT_CASE");
   const char* file = std::getenv("MEMFIT_RECORD");
+  const bool as_h100 = std::getenv("MEMFIT_AS_H100") != nullptr;
   if (!name) return;
-  for (const Record& r : records(file ? file : "cpu-suite-generated.jsonl")) {
+  for (Record r : records(file ? file : "cpu-suite-generated.jsonl")) {
     if (r.name != name) continue;
+    if (as_h100) r.request["device"] = "cuda", r.request["gpu"] = {{"name", "H100-SXM-80GB"}};
     const auto s = step_setup(request_of(r));
     REQUIRE(s);
     std::vector<std::string> names;

@@ -853,6 +853,10 @@ AttentionKernel sdpa_math_attention(const Layer& L, bool attn_in_shared, Kept& k
   return ak;
 }
 
+/// The key positions CUDA's memory-efficient SDPA pads an attention bias by: its last dim is
+/// padded to a multiple of 8 (attention.cpp preprocess_mask, mem_eff_alignment) when it is not one.
+u64 mem_efficient_bias_pad(u64 keys) { return keys % 8 == 0 ? 0 : 8 - keys % 8; }
+
 /// SDPA's flash / memory-efficient kernels (CUDA, and CPU's flash kernel).
 AttentionKernel sdpa_flash_attention(const Layer& L, Qkv qkv, Kept& kept) {
   const ModelSpec& m = L.m;
@@ -884,9 +888,14 @@ AttentionKernel sdpa_flash_attention(const Layer& L, Qkv qkv, Kept& kept) {
   // like a window (measured, peak dump of llama4_text/lora/bf16/nogc/sdpa: each chunked
   // layer's SDPA keeps a (2,1,64,64) where output and K/V repeated to (2,2,4,64,16); the NoPE
   // layer, full causal, keeps neither).
+  // CUDA takes the same path: Transformers' mask is the same bool tensor on every device
+  // (masking_utils.py sdpa_mask), SDPA turns it into a float bias in the query dtype
+  // (attention.cpp convert_boolean_attn_mask), and the memory-efficient kernel (flash takes no
+  // mask) saves that bias for its backward (derivatives.yaml _scaled_dot_product_efficient_attention:
+  // attn_bias is an input of the backward). preprocess_mask pads its last dim to a multiple of 8
+  // (mem_eff_alignment) when the key length is not one, and the padded copy is what is saved.
   const bool windowed_here = g.local_mask(seq);
-  const bool layer_mask = (fam.per_layer_mask && m.causal) ||
-                          (windowed_here && m.causal && r.device == Device::Cpu);
+  const bool layer_mask = (fam.per_layer_mask && m.causal) || (windowed_here && m.causal);
   // With one K/V head, repeat_kv's expand + reshape at micro-batch 1 is a view: the kernel keeps
   // k and v at their own width (measured, peak dump of tuning case
   // mistral/h64-L3-V2048/full/fp32/nogc/sdpa/b1s384/adafactor, window 32, 1 K/V head: per layer a
@@ -898,6 +907,7 @@ AttentionKernel sdpa_flash_attention(const Layer& L, Qkv qkv, Kept& kept) {
     qkv.v = mul(p, ow);
   }
   if (layer_mask) kept.per_pos = add(kept.per_pos, p);
+  if (layer_mask && r.device == Device::Cuda) kept.keep(mul(mem_efficient_bias_pad(seq), p));
   kept.keep(add(qkv.q, add(qkv.k, qkv.v)));
   kept.keep(add(mul(p, ow), lse));
   ak.out_is_kept = true;
@@ -1841,21 +1851,19 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   bool windowed = false;  // a sliding window no longer than the sequence: SDPA gets an explicit mask
   for (const LayerGroup& g : m.groups)
     windowed = windowed || g.local_mask(seq);
-  // (CPU SDPA with a window: each layer makes its own float mask, counted per layer)
-  if (r.attention == AttentionImpl::Sdpa && windowed && r.device != Device::Cpu && m.causal)
-    bytes = add(bytes, mul(batch, seq, seq, d.compute));  // 4-D causal mask (the kernel keeps it)
+  // (SDPA with a window: each layer makes its own float mask from the model's bool one, counted
+  // per layer; sdpa_flash_attention)
   bytes = add(bytes, eager_mask_bytes(m, r, batch, seq));
   if (m.alibi) bytes = add(bytes, mul(batch, m.heads, seq, d.compute));
   // Non-reentrant checkpointing keeps each layer's inputs for its recomputation: the model-level
-  // bool sliding-window mask [1, 1, s, s] that CPU SDPA layers turn into their own float masks,
+  // bool sliding-window mask [1, 1, s, s] that SDPA layers turn into their own float masks,
   // and the int64 positions [s] (cache_position, of which position_ids is a view), alive through
   // the whole backward (measured, peak dump of tuning case
   // starcoder2/h128-L2-V1024/lora-r16-all/fp32/gc/sdpa/b2s1024/adamw: bitwise_and (1, 1, 1024, 1024)
   // bool and add (1024,) int64 beside the recomputed last layer)
   if (r.gradient_checkpointing && rotary) {
     bytes = add(bytes, mul(8, seq));
-    if (r.attention == AttentionImpl::Sdpa && windowed && r.device == Device::Cpu && m.causal)
-      bytes = add(bytes, mul(seq, seq));
+    if (r.attention == AttentionImpl::Sdpa && windowed && m.causal) bytes = add(bytes, mul(seq, seq));
   }
   // The embedding output needs a gradient only when the embeddings train or checkpointing makes
   // it require one (Transformers' enable_input_require_grads for PEFT models); otherwise the

@@ -246,8 +246,9 @@ void edit_eager_attention(OpList& l, bool gqa) {
 }
 
 void edit_window_mask(OpList& l, bool gqa) {
-  // a sliding window no longer than the sequence: the CPU SDPA path builds a [b, 1, s, s] float mask
-  // in every layer, and with a mask Transformers repeats K/V to every query head [S] (repeat_kv
+  // a sliding window no longer than the sequence: SDPA builds a [b, 1, s, s] float mask from the
+  // model's bool one in every layer (attention.cpp convert_boolean_attn_mask; CPU's flash kernel and
+  // CUDA's memory-efficient one save it for the backward), and with a mask Transformers repeats K/V to every query head [S] (repeat_kv
   // returns K/V themselves when every head has its own)
   const auto at = position(l, "attn.out");
   OpList e;

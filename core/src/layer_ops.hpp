@@ -181,7 +181,7 @@ struct LayerSetup {
   bool lora_all = false;      ///< LoRA on every Linear of the layer
   bool lora_qv = false;       ///< LoRA on q_proj and v_proj only
   bool window_mask = false;   ///< a sliding window no longer than the sequence: SDPA gets a per-layer mask
-                              ///< and K/V repeated to every query head (CPU generic path)
+                              ///< and K/V repeated to every query head (CPU and CUDA)
   // LayerNorm families (layer_ops_layernorm.hpp)
   Activation act = Activation::Gelu;  ///< the MLP's activation
   bool attn_dropout = false;   ///< attention probabilities dropout (p > 0)

@@ -1238,7 +1238,13 @@ std::optional<StepSetup> step_setup(const Request& r) {
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
   if (r.task == Task::Lora && r.lora.dropout > 0) return std::nullopt;
   const LayerGroup& g = m.groups.front();
-  const bool window_mask = g.local_mask(r.sequence_length) && r.device == Device::Cpu;
+  // A window (or chunk) no longer than the sequence: SDPA turns the model's bool mask into a float
+  // bias in every layer, on CPU and CUDA alike (edit_window_mask). CUDA's memory-efficient kernel
+  // pads that bias to a multiple of 8 keys (attention.cpp preprocess_mask); the lists have no
+  // padded shape, so such a sequence is left to the engine.
+  const bool window_mask = g.local_mask(r.sequence_length);
+  const bool any_local_mask = std::ranges::any_of(m.groups, [&](const LayerGroup& x) { return x.local_mask(r.sequence_length); });
+  if (any_local_mask && r.device == Device::Cuda && r.sequence_length % 8 != 0) return std::nullopt;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
   if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
     return std::nullopt;
@@ -1283,7 +1289,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
                           run.count, s.layer, group_dims(r, x), group_linears(r, x), x.other_params, run.group};
       sg.layer.moe = x.moe;
       sg.layer.nope = !x.rope, sg.layer.qk_l2_norm = x.qk_l2_norm;
-      sg.layer.window_mask = x.local_mask(r.sequence_length) && r.device == Device::Cpu;
+      sg.layer.window_mask = x.local_mask(r.sequence_length);
       if (!s.groups.empty() && s.groups.back().kind == sg.kind) s.groups.back().count += run.count;
       else s.groups.push_back(std::move(sg));
     }
