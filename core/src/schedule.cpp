@@ -1052,6 +1052,10 @@ struct FamilyRow {
   /// a grouped decoder's groups may also differ in their rotary (NoPE layers) and their attention
   /// chunk (Llama 4): the family's lists read LayerSetup::nope / qk_l2_norm / window_mask per group
   bool rope_and_chunk_groups = false;
+  /// SDPA on CUDA is described (false: the lists write CPU's math path, where CUDA runs the
+  /// memory-efficient kernel, which takes q/k and v of different head dims: sdp_utils.cpp
+  /// check_head_dim_size_mem_efficient)
+  bool cuda_sdpa = true;
 };
 
 constexpr FamilyRow kFamilies[] = {
@@ -1079,8 +1083,10 @@ constexpr FamilyRow kFamilies[] = {
     {"qwen2_moe", &kLlamaLists, &kQwen2MoeEdits, nullptr},
     {"qwen3_moe", &kLlamaLists, &kQwen3MoeEdits, nullptr},
     // DeepSeek-V3: MLA, first_k_dense_replace dense layers then MoE layers (a grouped decoder); its
-    // SDPA runs the CPU math path (q/k and v head dims differ); MoE: full fine-tuning only
-    {.family = "deepseek_v3", .lists = &kLlamaLists, .edits = &kDeepseekV3Edits, .complete = nullptr, .grouped = true},
+    // SDPA runs the CPU math path (q/k and v head dims differ; CUDA's kernel is not described); MoE:
+    // full fine-tuning only
+    {.family = "deepseek_v3", .lists = &kLlamaLists, .edits = &kDeepseekV3Edits, .complete = nullptr, .grouped = true,
+     .cuda_sdpa = false},
     // Llama 4 (text): chunked RoPE layers, NoPE layers, dense and MoE layers interleaved (a grouped
     // decoder of runs of one layer at the suite's interleave); MoE: full fine-tuning only. Eager with
     // checkpointing keeps both float masks until the decoder's backward ends, where PyTorch frees the
@@ -1222,6 +1228,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
       !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
         (row->windows_alike && groups_alike(m)) || (row->grouped && groups_described(m, row->rope_and_chunk_groups))) ||
       (r.attention == AttentionImpl::Eager && !row->eager) ||
+      (r.attention == AttentionImpl::Sdpa && r.device == Device::Cuda && !row->cuda_sdpa) ||
       r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
       (m.attention_dropout > 0 && !row->attention_dropout) ||
       ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
