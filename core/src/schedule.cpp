@@ -1250,7 +1250,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   // pads that bias to a multiple of 8 keys (attention.cpp preprocess_mask); the lists have no
   // padded shape, so such a sequence is left to the engine.
   const bool window_mask = g.local_mask(r.sequence_length);
-  const bool any_local_mask = std::ranges::any_of(m.groups, [&](const LayerGroup& x) { return x.local_mask(r.sequence_length); });
+  const bool any_local_mask = std::any_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& x) { return x.local_mask(r.sequence_length); });
   if (any_local_mask && r.device == Device::Cuda && r.sequence_length % 8 != 0) return std::nullopt;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
   if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
