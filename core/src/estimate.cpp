@@ -103,18 +103,346 @@ u64 mlp_block_grads(const Request& r, const LayerGroup& g, const TrainableLinear
   return scale(grads, block_t, total_t);
 }
 
+/// One training step as its moments read it: the request (and the request as the activations
+/// see it), the model states, the layout, and this rank's role and states, with the sizes every
+/// moment uses.
+struct StepInputs {
+  const Request& r;
+  Request ar;  ///< activation_view(r, l.mixed)
+  const ModelSpec& m;
+  const ModelStates& s;
+  const Layout& l;
+  const RankRole& role;
+  const RankStates& rs;
+  u64 b = 0;                     ///< micro-batch size
+  u64 seq = 0;                   ///< sequence length per rank (context parallelism splits it)
+  u64 tokens = 0;                ///< b x seq
+  bool gc = false;               ///< gradient checkpointing
+  bool accumulate = false;       ///< gradients accumulate over micro-batches
+  bool grads_unsharded = false;  ///< see step_inputs
+  u64 in_flight = 0;             ///< micro-batches whose activations are alive at once (RankRole)
+  u64 total_t = 1;               ///< the rank's trainable parameters (at least 1): gradient shares divide by it
+};
+
+StepInputs step_inputs(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
+                       const RankStates& rs) {
+  StepInputs st{.r = r, .ar = activation_view(r, l.mixed), .m = r.model, .s = s, .l = l, .role = role, .rs = rs};
+  st.b = r.micro_batch_size;
+  st.seq = r.sequence_length / l.cp;
+  st.tokens = mul(st.b, st.seq);
+  st.gc = r.gradient_checkpointing;
+  st.accumulate = r.gradient_accumulation_steps > 1;
+  // rank_states already holds whole (unsharded) gradients under no_sync accumulation
+  st.grads_unsharded = st.accumulate && r.parallelism.unsharded_grad_accumulation;
+  st.in_flight = role.in_flight;
+  st.total_t = std::max<u64>(1, rs.trainable);
+  return st;
+}
+
+/// A run of identical layers (one LayerGroup on this rank) as the backward through it reads it:
+/// bytes per layer, this rank's share, the in-flight micro-batches included where they count.
+struct LayerRun {
+  u64 count;          ///< layers in the run
+  u64 kept;           ///< kept for backward (checkpointing: the layer's input and what contexts hold)
+  u64 full_saved;     ///< checkpointing: what the recomputed forward saves (LayerActivations::recomputed)
+  u64 mlp_bwd_t;      ///< extra live at the MLP block's worst backward moment
+  u64 attn_bwd_t;     ///< extra live at the attention block's worst backward moment, before attn_released
+  u64 attn_released;  ///< the layer's saved tensors already released at that moment
+  u64 grad;           ///< the layer's share of the rank's gradients
+  u64 casts;          ///< autocast weight casts kept for backward (none under checkpointing)
+  u64 fwd_t;          ///< extra live at the worst moment of the recomputed forward
+  u64 in_grad;        ///< the checkpointed input (LayerActivations::checkpoint_saved)
+  u64 held;           ///< gradients the first backward nodes hold while the recomputation runs
+  u64 down_grad;      ///< gradients alive at the MLP's worst moments (layer_grads)
+  u64 late_grad;      ///< gradients alive at the attention's worst backward moment (layer_grads)
+  u64 new_grads;      ///< with gradients kept: the new, not yet accumulated, gradient (new_weight_grads)
+  u64 mlp_at_down;    ///< extra live at the down projection's node
+  u64 moe_wgrad;      ///< trained fused experts: extra live at gate_up's weight gradient
+  u64 moe_down_grad;  ///< ... and the down stack's gradient then
+  u64 shared_bwd;     ///< a shared expert whose backward runs last: extra live at it
+  u64 shared_grad;    ///< ... and the gradients made by then
+  u64 norm_bwd;       ///< a sequential block's second RMSNorm: extra live at its backward
+  u64 norm_grad;      ///< ... and the MLP block's gradients then (mlp_block_grads)
+};
+
+/// The layers' forward, summed over the runs: what the step's moments read of them.
+struct LayerTotals {
+  std::vector<LayerRun> runs;
+  u64 kept = 0;         ///< activations every layer keeps for backward (all runs)
+  u64 casts_total = 0;  ///< autocast weight casts the layers keep for backward
+  u64 fwd_t_max = 0;    ///< the largest extra live in one layer's forward
+  u64 ctx_graph = 0;  // what quantized Linears' autograd contexts hold (plain ctx attributes), all layers
+  u64 second_layer_moment = 0;  // the second layer's attention beside the first's unsaved probabilities (below)
+};
+
+/// Layer group i's activations, this rank's share.
+LayerActivations rank_layer_activations(const StepInputs& st, size_t i) {
+  const ModelSpec& m = st.m;
+  LayerActivations la = shard_layer(layer_activations(m, m.groups[i], st.ar, st.s.linears[i], st.tokens, st.seq), st.l);
+  if (m.groups[i].frozen) {
+    // frozen bottom layers: nothing below the first trained layer needs a gradient, so
+    // autograd keeps nothing; their forward is a no-grad forward
+    la.forward_transient = la.recompute_transient = la.inference_transient;
+    la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
+    la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
+    la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = la.shared_expert_backward = 0;
+    la.mlp_norm_backward = 0;
+  }
+  return la;
+}
+
+/// Weight gradients of layer group i alive at its worst backward moments (bytes, this rank).
+struct LayerGrads {
+  u64 down_grad = 0, late_grad = 0, moe_down_grad = 0, shared_grad = 0;
+};
+
+/// Layer group i's LoRA adapters on down_proj: their gradients, this rank's share.
+u64 lora_down_grad(const StepInputs& st, size_t i) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
+  // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
+  // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
+  // layer 0's fc2 lora_A [64, 1024] and lora_B [256, 64] gradients at the add)
+  if (r.task != Task::Full && !m.groups[i].moe && !m.groups[i].frozen && r.lora.rank > 0 &&
+      (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp)) {
+    u64 adapter_t = 0;
+    const std::vector<Linear>& lins = m.groups[i].linears;
+    for (size_t j = 0; j < lins.size() && j < st.s.linears[i].saves_input.size(); ++j)
+      if (lins[j].input == LinearInput::MlpHidden && !lins[j].routed && st.s.linears[i].saves_input[j])
+        adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
+    return scale(st.rs.grads, adapter_t, st.total_t);
+  }
+  return 0;
+}
+
+/// The weight gradients that layer group i's backward has made by its MLP's and its attention's
+/// worst moments (gradients appearing layer by layer).
+LayerGrads layer_grads(const StepInputs& st, size_t i, const LayerActivations& la) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  const RankStates& rs = st.rs;
+  const u64 total_t = st.total_t;
+  // the trained down_proj's gradient (dense layers, replicated or DDP gradients). Gemma2/3 put
+  // a post-feedforward RMSNorm after down_proj: their worst backward moment is that norm's fp32
+  // backward, before down_proj's node runs (measured, peakdump gemma2/full/bf16/gc/eager: the
+  // peak at post_feedforward_layernorm's backward, no gradient of the layer yet)
+  const bool post_ff_norm = detail::family_activations(m).post_norms;
+  // FSDP2 (not torchtune's per-module units): the unit's gradients accumulate unsharded on its
+  // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
+  // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
+  // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
+  const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
+  // At the attention block's worst backward moment (eager: softmax's backward) the nodes after
+  // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
+  // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
+  // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
+  LayerGrads g;
+  g.down_grad = g.late_grad = lora_down_grad(st, i);
+  const bool moe = m.groups[i].moe;
+  if (r.task == Task::Full && !m.groups[i].frozen &&
+      (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
+    u64 down_t = 0, late_t = 0, routed_down_t = 0;
+    for (const Linear& lin : m.groups[i].linears) {
+      if (lin.routed && !moe) continue;
+      if (lin.routed && lin.input == LinearInput::MlpHidden) routed_down_t = add(routed_down_t, lin.params());
+      if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
+      if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
+        late_t = add(late_t, lin.params());
+    }
+    const u64 grads_base = fsdp2_units && !st.grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
+    if (!post_ff_norm && !moe) g.down_grad = scale(grads_base, down_t, total_t);
+    // trained fused experts: the down stack's gradient at gate_up's weight-gradient moment
+    if (moe) g.moe_down_grad = scale(grads_base, routed_down_t, total_t);
+    // a shared expert whose backward runs last (activations.cpp shared_expert_backward): by then
+    // the routed stacks, the router, the shared gate and the shared down_proj have their gradients
+    if (moe && la.shared_expert_backward > 0) {
+      u64 before_t = 0;
+      for (const Linear& lin : m.groups[i].linears)
+        if (lin.routed || lin.input == LinearInput::MlpHidden || lin.name == "gate" || lin.name == "shared_expert_gate")
+          before_t = add(before_t, lin.params());
+      g.shared_grad = scale(grads_base, before_t, total_t);
+    }
+    // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
+    // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
+    // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
+    // gate, up, down and o_proj's; CPU SDPA's math path alike, biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw:
+    // fc1, fc2 and out_proj's at the PV bmm's backward). (Fused kernels keep down_proj's gradient
+    // only, as before.)
+    // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
+    // (see head_t).
+    // MoE blocks (eager): the fused expert stacks' and the router's gradients too, made by the
+    // block's backward before the attention's (measured, peak dump of tuning case
+    // mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd: layer 0's [4, 2688, 384] and
+    // [4, 384, 1344] bf16 _grouped_mm gradients, the router's and o_proj's at
+    // _softmax_backward_data). Their MLP moments keep the earlier bound (no down_grad).
+    g.late_grad = la.attention_backward_unfused ? scale(grads_base, late_t, total_t) : g.down_grad;
+  }
+  return g;
+}
+
+/// With gradients kept: the new weight gradient alive beside the accumulated .grad at layer group
+/// i's MLP moments (at most the layer's share `grad`).
+u64 new_weight_grads(const StepInputs& st, size_t i, u64 grad) {
+  const ModelSpec& m = st.m;
+  // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
+  // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
+  // while its node makes its input and weight gradients; by the activation's backward it is
+  // accumulated (measured, peak dumps of tuning cases
+  // qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2: down_proj's bf16 [336, 1824] mm next
+  // to dm, the other [V, h] being the tied head's (below);
+  // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: fc2's fp32 [512, 2048] mm
+  // next to dm; bloom/h256-L2-V1024/full/fp32/nogc/eager/b1s96/adamw_fused/gas2: none at
+  // bloom_gelu's backward). MoE layers keep the earlier bound, two of the largest.
+  // LoRA: an adapter's weight gradient is accumulated (AccumulateGrad runs first) before the
+  // base and adapter input gradients are summed, the MLP's worst moment: none is alive then
+  // (measured, peak dump of tuning case codegen/h512-L2-V1024/lora-r64-mlp/fp32/gc/eager/b4s96/sgd/gas2:
+  // only the accumulated .grad next to three fp32 [384, 2048] at the add)
+  u64 largest = 0;
+  for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
+  u64 down_w = 0;
+  for (const Linear& lin : m.groups[i].linears)
+    if (lin.input == LinearInput::MlpHidden && !lin.routed) down_w = std::max(down_w, lin.weight_params());
+  const u64 new_t = !m.groups[i].moe && down_w > 0 ? down_w : mul(2, largest);
+  // (Also under LoRA in MoE layers: tuning cases deepseek_v3/h512-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2
+  // and qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2 are within 0.4 %
+  // with no new adapter gradient, closer than with the two largest adapter matrices.)
+  return st.r.task == Task::Full ? std::min(grad, scale(st.rs.grads, div_ceil(new_t, st.l.tp), st.total_t)) : 0;
+}
+
+/// Layer group i as a run of `count` identical layers.
+LayerRun layer_run(const StepInputs& st, size_t i, u64 count, const LayerActivations& la) {
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const Layout& l = st.l;
+  const bool gc = st.gc;
+  const u64 kept = mul(st.in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
+  const u64 casts = gc ? 0 : mul(st.in_flight, div_ceil(s.groups[i].casts, l.tp));
+  // this layer's share of the rank's gradients
+  const u64 layer_t = add(div_ceil(s.groups[i].t_split, l.tp), s.groups[i].t_repl);
+  const u64 grad = scale(st.rs.grads, layer_t, st.total_t);
+  const LayerGrads g = layer_grads(st, i, la);
+  // Checkpointing under autocast: the recomputed forward casts the layer's weights again (the
+  // forward's cast cache is gone by then) and its matmuls keep the half copies until their own
+  // backward. At an MoE block's first backward nodes (the weighted slot sum, the gathers) no
+  // Linear of the layer has run its backward, so every cast is alive and no weight gradient
+  // exists yet (measured, peak dump of tuning case
+  // qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum at index_put: bf16 copies
+  // of q, k, v, o, the router and the shared expert's gate, up and down, no half gradient).
+  // (Dense layers' worst moments come later in their backward: adding the casts there overshoots
+  // tuning cases that matched without them, e.g. qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor,
+  // so they are left out there.)
+  u64 mlp_bwd_t = la.mlp_backward_transient, mlp_at_down = la.mlp_backward_at_down;
+  if (gc && m.groups[i].moe && s.groups[i].casts > 0) {
+    const u64 start = add(la.moe_backward_start, div_ceil(s.groups[i].casts, l.tp));
+    mlp_bwd_t = std::max(mlp_bwd_t, start);
+    mlp_at_down = std::max(mlp_at_down, start);
+  }
+  return {count, kept, la.recomputed, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
+          la.recompute_transient, la.checkpoint_saved, la.recompute_held, g.down_grad, g.late_grad,
+          new_weight_grads(st, i, grad), mlp_at_down, la.moe_weight_grad_moment, g.moe_down_grad,
+          la.shared_expert_backward, g.shared_grad, la.mlp_norm_backward,
+          mlp_block_grads(st.r, m.groups[i], s.linears[i], st.rs.grads, st.total_t)};
+}
+
+/// The first layer under LoRA without checkpointing (layer group i, `kept` per layer): what it
+/// does not keep, taken off t.kept; its unsaved casts (returned) and the second layer's moment.
+u64 first_lora_layer(const StepInputs& st, size_t i, const LayerActivations& la, u64 kept, LayerTotals& t) {
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const u64 in_flight = st.in_flight;
+  u64& A = t.kept;
+  u64 first_unsaved_casts = 0;
+  A = sub_floor(A, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
+  // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
+  // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
+  // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
+  if (s.groups[i].casts > 0) {
+    u64 unsaved = 0;
+    for (const Linear& lin : m.groups[i].linears)
+      if (lin.input == LinearInput::AttnIn) unsaved = add(unsaved, mul(2, lin.weight_params()));
+    first_unsaved_casts = mul(in_flight, div_ceil(unsaved, st.l.tp));
+  }
+  // In a parallel block the MLP reads that norm's output too: with no adapter on the MLP its
+  // first-layer ops get no input needing a gradient and keep nothing (measured, tuning cases
+  // phi/h256-L4-V1024/lora-r8-attn/fp32/nogc/sdpa/b2s48/adamw_fused and
+  // gptj/h256-L3-V16384/lora-r16-attn/fp32/nogc/eager/b4s64/sgd: layer 0's gelu_new keeps none
+  // of its four [T, i] tensors)
+  bool mlp_adapted = false, attn_adapted = false;
+  for (size_t j = 0; j < m.groups[i].linears.size(); ++j) {
+    const LinearInput in = m.groups[i].linears[j].input;
+    const bool mlp = in == LinearInput::MlpIn || in == LinearInput::MlpHidden;
+    mlp_adapted = mlp_adapted || (mlp && s.linears[i].saves_input[j]);
+    attn_adapted = attn_adapted || (!mlp && s.linears[i].saves_input[j]);
+  }
+  // (NeoX's parallel residual reads the layer input through a second norm: the same holds,
+  // tuning case gpt_neox/h256-L3-V1024/lora-r32-attn/fp32/nogc/sdpa/b4s48/adamw_fused)
+  if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
+  // A sequential block with adapters on the MLP only: the first layer's attention and the
+  // norm after it see no input needing a gradient and keep nothing (measured, tuning cases
+  // biogpt/h256-L4-V4096/lora-r8-mlp/fp32/nogc/eager/b1s96/sgd,
+  // gemma2/h256-L4-V4096/lora-r8-mlp/bf16/nogc/eager/b3s96/sgd,
+  // stablelm/h64-L4-V2048/lora-r4-mlp/fp32/nogc/sdpa/b1s64/adamw)
+  if (!m.parallel_block && !attn_adapted && mlp_adapted)
+    A = sub_floor(A, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
+  // A parallel block with adapters on the MLP only: the first layer's attention keeps nothing;
+  // the norm output stays for the MLP's adapters (tuning case
+  // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
+  if (m.parallel_block && !attn_adapted && mlp_adapted)
+    A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
+  // Its attention probabilities, saved by no one, still live through the next layer's forward
+  // where the model's loop keeps each block's return (tensor log of tuning case
+  // falcon/h128-L2-V2048/lora-r8-mlp/bf16/nogc/eager/b1s512/sgd: layer 0's [1, 16, 512, 512]
+  // _softmax dies at the end of layer 1's forward, beside layer 1's scores, masked scores and
+  // softmax). Forward moments are transients over every layer's saved tensors: at the second
+  // layer's attention the layers after it have saved none yet.
+  u64 layers = 0;
+  for (size_t j = i; j < m.groups.size(); ++j) layers = add(layers, st.role.layers[j]);
+  if (!attn_adapted && mlp_adapted && layers > 1)
+    t.second_layer_moment = sub_floor(add(la.forward_transient, la.returned_probs), mul(layers - 2, kept));
+  return first_unsaved_casts;
+}
+
+/// The layers' forward on this rank, run by run (bottom to top).
+LayerTotals layer_totals(const StepInputs& st) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const bool gc = st.gc;
+  LayerTotals t;
+  for (size_t i = 0; i < m.groups.size(); ++i) {
+    const u64 count = st.role.layers[i];
+    if (count == 0) continue;
+    const LayerActivations la = rank_layer_activations(st, i);
+    t.runs.push_back(layer_run(st, i, count, la));
+    const u64 kept = t.runs.back().kept, casts = t.runs.back().casts;
+    t.kept = add(t.kept, mul(count, kept));
+    t.ctx_graph = add(t.ctx_graph, mul(count, mul(st.in_flight, la.checkpoint_ctx_held)));
+    u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
+    // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
+    // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
+    // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
+    // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
+    // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
+    if (st.role.embedding && t.runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen)
+      first_unsaved_casts = first_lora_layer(st, i, la, kept, t);
+    t.casts_total = sub_floor(add(t.casts_total, mul(count, casts)), first_unsaved_casts);
+    // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
+    const u64 ckpt_fwd_t = sub_floor(la.inference_transient, la.transient_inputs);
+    t.fwd_t_max = std::max(t.fwd_t_max, gc ? std::max(ckpt_fwd_t, la.forward_transient) : std::max(la.forward_transient, t.second_layer_moment));
+  }
+  return t;
+}
+
 std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
                                      const RankStates& rs) {
-  const Request ar = activation_view(r, l.mixed);
-  const ModelSpec& m = r.model;
-  const u64 b = r.micro_batch_size;
-  const u64 seq = r.sequence_length / l.cp;
-  const u64 tokens = mul(b, seq);
-  const bool gc = r.gradient_checkpointing;
-  const bool accumulate = r.gradient_accumulation_steps > 1;
-  // rank_states already holds whole (unsharded) gradients under no_sync accumulation
-  const bool grads_unsharded = accumulate && r.parallelism.unsharded_grad_accumulation;
-  const u64 in_flight = role.in_flight;
+  const StepInputs st = step_inputs(r, s, l, role, rs);
+  const Request& ar = st.ar;
+  const ModelSpec& m = st.m;
+  const u64 b = st.b, seq = st.seq, tokens = st.tokens;
+  const bool gc = st.gc, accumulate = st.accumulate, grads_unsharded = st.grads_unsharded;
+  const u64 total_t = st.total_t;
 
   const u64 shared = role.embedding || role.head ? shared_forward_bytes(m, ar, b, seq) : 0;
   // After the model's forward: without checkpointing eager attention's 4-D mask is gone (the
@@ -129,211 +457,15 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   const u64 masks_gone_at_bottom = masks_kept - masks_kept / eager_mask_count(m);
   HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
 
-  struct Run {
-    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads, mlp_at_down,
-        moe_wgrad, moe_down_grad, shared_bwd, shared_grad, norm_bwd, norm_grad;
-  };
-  std::vector<Run> runs;
-  u64 A = 0, casts_total = 0, fwd_t_max = 0;
-  u64 ctx_graph = 0;  // what quantized Linears' autograd contexts hold (plain ctx attributes), all layers
-  u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
-  u64 second_layer_moment = 0;  // the second layer's attention beside the first's unsaved probabilities (below)
-  const u64 total_t = std::max<u64>(1, rs.trainable);
-  for (size_t i = 0; i < m.groups.size(); ++i) {
-    const u64 count = role.layers[i];
-    if (count == 0) continue;
-    LayerActivations la = shard_layer(layer_activations(m, m.groups[i], ar, s.linears[i], tokens, seq), l);
-    if (m.groups[i].frozen) {
-      // frozen bottom layers: nothing below the first trained layer needs a gradient, so
-      // autograd keeps nothing; their forward is a no-grad forward
-      la.forward_transient = la.recompute_transient = la.inference_transient;
-      la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
-      la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
-      la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = la.shared_expert_backward = 0;
-      la.mlp_norm_backward = 0;
-    }
-    const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
-    const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
-    // this layer's share of the rank's gradients
-    const u64 layer_t = add(div_ceil(s.groups[i].t_split, l.tp), s.groups[i].t_repl);
-    const u64 grad = scale(rs.grads, layer_t, total_t);
-    // the trained down_proj's gradient (dense layers, replicated or DDP gradients). Gemma2/3 put
-    // a post-feedforward RMSNorm after down_proj: their worst backward moment is that norm's fp32
-    // backward, before down_proj's node runs (measured, peakdump gemma2/full/bf16/gc/eager: the
-    // peak at post_feedforward_layernorm's backward, no gradient of the layer yet)
-    const bool post_ff_norm = detail::family_activations(m).post_norms;
-    // FSDP2 (not torchtune's per-module units): the unit's gradients accumulate unsharded on its
-    // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
-    // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
-    // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
-    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
-    // At the attention block's worst backward moment (eager: softmax's backward) the nodes after
-    // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
-    // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
-    // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
-    u64 down_grad = 0, late_grad = 0, moe_down_grad = 0, shared_grad = 0;
-    // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
-    // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
-    // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
-    // layer 0's fc2 lora_A [64, 1024] and lora_B [256, 64] gradients at the add)
-    if (r.task != Task::Full && !m.groups[i].moe && !m.groups[i].frozen && r.lora.rank > 0 &&
-        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp)) {
-      u64 adapter_t = 0;
-      const std::vector<Linear>& lins = m.groups[i].linears;
-      for (size_t j = 0; j < lins.size() && j < s.linears[i].saves_input.size(); ++j)
-        if (lins[j].input == LinearInput::MlpHidden && !lins[j].routed && s.linears[i].saves_input[j])
-          adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
-      down_grad = late_grad = scale(rs.grads, adapter_t, total_t);
-    }
-    const bool moe = m.groups[i].moe;
-    if (r.task == Task::Full && !m.groups[i].frozen &&
-        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
-      u64 down_t = 0, late_t = 0, routed_down_t = 0;
-      for (const Linear& lin : m.groups[i].linears) {
-        if (lin.routed && !moe) continue;
-        if (lin.routed && lin.input == LinearInput::MlpHidden) routed_down_t = add(routed_down_t, lin.params());
-        if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
-        if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
-          late_t = add(late_t, lin.params());
-      }
-      const u64 grads_base = fsdp2_units && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
-      if (!post_ff_norm && !moe) down_grad = scale(grads_base, down_t, total_t);
-      // trained fused experts: the down stack's gradient at gate_up's weight-gradient moment
-      if (moe) moe_down_grad = scale(grads_base, routed_down_t, total_t);
-      // a shared expert whose backward runs last (activations.cpp shared_expert_backward): by then
-      // the routed stacks, the router, the shared gate and the shared down_proj have their gradients
-      if (moe && la.shared_expert_backward > 0) {
-        u64 before_t = 0;
-        for (const Linear& lin : m.groups[i].linears)
-          if (lin.routed || lin.input == LinearInput::MlpHidden || lin.name == "gate" || lin.name == "shared_expert_gate")
-            before_t = add(before_t, lin.params());
-        shared_grad = scale(grads_base, before_t, total_t);
-      }
-      // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
-      // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
-      // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
-      // gate, up, down and o_proj's; CPU SDPA's math path alike, biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw:
-      // fc1, fc2 and out_proj's at the PV bmm's backward). (Fused kernels keep down_proj's gradient
-      // only, as before.)
-      // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
-      // (see head_t).
-      // MoE blocks (eager): the fused expert stacks' and the router's gradients too, made by the
-      // block's backward before the attention's (measured, peak dump of tuning case
-      // mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd: layer 0's [4, 2688, 384] and
-      // [4, 384, 1344] bf16 _grouped_mm gradients, the router's and o_proj's at
-      // _softmax_backward_data). Their MLP moments keep the earlier bound (no down_grad).
-      late_grad = la.attention_backward_unfused ? scale(grads_base, late_t, total_t) : down_grad;
-    }
-    // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
-    // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
-    // while its node makes its input and weight gradients; by the activation's backward it is
-    // accumulated (measured, peak dumps of tuning cases
-    // qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2: down_proj's bf16 [336, 1824] mm next
-    // to dm, the other [V, h] being the tied head's (below);
-    // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: fc2's fp32 [512, 2048] mm
-    // next to dm; bloom/h256-L2-V1024/full/fp32/nogc/eager/b1s96/adamw_fused/gas2: none at
-    // bloom_gelu's backward). MoE layers keep the earlier bound, two of the largest.
-    // LoRA: an adapter's weight gradient is accumulated (AccumulateGrad runs first) before the
-    // base and adapter input gradients are summed, the MLP's worst moment: none is alive then
-    // (measured, peak dump of tuning case codegen/h512-L2-V1024/lora-r64-mlp/fp32/gc/eager/b4s96/sgd/gas2:
-    // only the accumulated .grad next to three fp32 [384, 2048] at the add)
-    u64 largest = 0;
-    for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
-    u64 down_w = 0;
-    for (const Linear& lin : m.groups[i].linears)
-      if (lin.input == LinearInput::MlpHidden && !lin.routed) down_w = std::max(down_w, lin.weight_params());
-    const u64 new_t = !m.groups[i].moe && down_w > 0 ? down_w : mul(2, largest);
-    // (Also under LoRA in MoE layers: tuning cases deepseek_v3/h512-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2
-    // and qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2 are within 0.4 %
-    // with no new adapter gradient, closer than with the two largest adapter matrices.)
-    const u64 new_grads = r.task == Task::Full ? std::min(grad, scale(rs.grads, div_ceil(new_t, l.tp), total_t)) : 0;
-    // Checkpointing under autocast: the recomputed forward casts the layer's weights again (the
-    // forward's cast cache is gone by then) and its matmuls keep the half copies until their own
-    // backward. At an MoE block's first backward nodes (the weighted slot sum, the gathers) no
-    // Linear of the layer has run its backward, so every cast is alive and no weight gradient
-    // exists yet (measured, peak dump of tuning case
-    // qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum at index_put: bf16 copies
-    // of q, k, v, o, the router and the shared expert's gate, up and down, no half gradient).
-    // (Dense layers' worst moments come later in their backward: adding the casts there overshoots
-    // tuning cases that matched without them, e.g. qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor,
-    // so they are left out there.)
-    u64 mlp_bwd_t = la.mlp_backward_transient, mlp_at_down = la.mlp_backward_at_down;
-    if (gc && m.groups[i].moe && s.groups[i].casts > 0) {
-      const u64 start = add(la.moe_backward_start, div_ceil(s.groups[i].casts, l.tp));
-      mlp_bwd_t = std::max(mlp_bwd_t, start);
-      mlp_at_down = std::max(mlp_at_down, start);
-    }
-    runs.push_back({count, kept, la.recomputed, la.backward_transient, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
-                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down,
-                    la.moe_weight_grad_moment, moe_down_grad, la.shared_expert_backward, shared_grad, la.mlp_norm_backward,
-                    mlp_block_grads(r, m.groups[i], s.linears[i], rs.grads, total_t)});
-    A = add(A, mul(count, kept));
-    ctx_graph = add(ctx_graph, mul(count, mul(in_flight, la.checkpoint_ctx_held)));
-    // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
-    // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
-    // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
-    // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
-    // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
-    if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen) {
-      A = sub_floor(A, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
-      // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
-      // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
-      // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
-      if (s.groups[i].casts > 0) {
-        u64 unsaved = 0;
-        for (const Linear& lin : m.groups[i].linears)
-          if (lin.input == LinearInput::AttnIn) unsaved = add(unsaved, mul(2, lin.weight_params()));
-        first_unsaved_casts = mul(in_flight, div_ceil(unsaved, l.tp));
-      }
-      // In a parallel block the MLP reads that norm's output too: with no adapter on the MLP its
-      // first-layer ops get no input needing a gradient and keep nothing (measured, tuning cases
-      // phi/h256-L4-V1024/lora-r8-attn/fp32/nogc/sdpa/b2s48/adamw_fused and
-      // gptj/h256-L3-V16384/lora-r16-attn/fp32/nogc/eager/b4s64/sgd: layer 0's gelu_new keeps none
-      // of its four [T, i] tensors)
-      bool mlp_adapted = false, attn_adapted = false;
-      for (size_t j = 0; j < m.groups[i].linears.size(); ++j) {
-        const LinearInput in = m.groups[i].linears[j].input;
-        const bool mlp = in == LinearInput::MlpIn || in == LinearInput::MlpHidden;
-        mlp_adapted = mlp_adapted || (mlp && s.linears[i].saves_input[j]);
-        attn_adapted = attn_adapted || (!mlp && s.linears[i].saves_input[j]);
-      }
-      // (NeoX's parallel residual reads the layer input through a second norm: the same holds,
-      // tuning case gpt_neox/h256-L3-V1024/lora-r32-attn/fp32/nogc/sdpa/b4s48/adamw_fused)
-      if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
-      // A sequential block with adapters on the MLP only: the first layer's attention and the
-      // norm after it see no input needing a gradient and keep nothing (measured, tuning cases
-      // biogpt/h256-L4-V4096/lora-r8-mlp/fp32/nogc/eager/b1s96/sgd,
-      // gemma2/h256-L4-V4096/lora-r8-mlp/bf16/nogc/eager/b3s96/sgd,
-      // stablelm/h64-L4-V2048/lora-r4-mlp/fp32/nogc/sdpa/b1s64/adamw)
-      if (!m.parallel_block && !attn_adapted && mlp_adapted)
-        A = sub_floor(A, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
-      // A parallel block with adapters on the MLP only: the first layer's attention keeps nothing;
-      // the norm output stays for the MLP's adapters (tuning case
-      // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
-      if (m.parallel_block && !attn_adapted && mlp_adapted)
-        A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
-      // Its attention probabilities, saved by no one, still live through the next layer's forward
-      // where the model's loop keeps each block's return (tensor log of tuning case
-      // falcon/h128-L2-V2048/lora-r8-mlp/bf16/nogc/eager/b1s512/sgd: layer 0's [1, 16, 512, 512]
-      // _softmax dies at the end of layer 1's forward, beside layer 1's scores, masked scores and
-      // softmax). Forward moments are transients over every layer's saved tensors: at the second
-      // layer's attention the layers after it have saved none yet.
-      u64 layers = 0;
-      for (size_t j = i; j < m.groups.size(); ++j) layers = add(layers, role.layers[j]);
-      if (!attn_adapted && mlp_adapted && layers > 1)
-        second_layer_moment = sub_floor(add(la.forward_transient, la.returned_probs), mul(layers - 2, kept));
-    }
-    casts_total = sub_floor(add(casts_total, mul(count, casts)), first_unsaved_casts);
-    first_unsaved_casts = 0;
-    // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
-    const u64 ckpt_fwd_t = sub_floor(la.inference_transient, la.transient_inputs);
-    fwd_t_max = std::max(fwd_t_max, gc ? std::max(ckpt_fwd_t, la.forward_transient) : std::max(la.forward_transient, second_layer_moment));
-  }
+  const LayerTotals layers = layer_totals(st);
+  const std::vector<LayerRun>& runs = layers.runs;
+  u64 A = layers.kept;
+  const u64 casts_total = layers.casts_total, fwd_t_max = layers.fwd_t_max, ctx_graph = layers.ctx_graph;
   // Activation offloading (torchtune OffloadActivations): each layer's saved tensors move to
   // CPU memory after its forward and come back one layer ahead of its backward: the GPU holds
   // about two layers' worth.
   u64 max_kept = 0;
-  for (const Run& g : runs) max_kept = std::max(max_kept, g.kept);
+  for (const LayerRun& g : runs) max_kept = std::max(max_kept, g.kept);
   const bool offloaded = r.runtime.activation_offloading;
   if (offloaded) A = std::min(A, mul(2, max_kept));
   // Chunked cross-entropy (torchtune CEWithChunkedOutputLoss): the logits come as chunks, each
@@ -489,7 +621,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   const u64 head_waiting = grads_kept && !grads_grow ? scale(rs.grads, div_ceil(tied_head_t, l.vocab_split()), total_t) : 0;
   u64 remaining_A = A, remaining_casts = casts_total;
   for (size_t gi = runs.size(); gi-- > 0;) {
-    const Run& g = runs[gi];
+    const LayerRun& g = runs[gi];
     for (int end = 0; end < 2; ++end) {
       const u64 done = end == 0 ? 0 : g.count - 1;
       Moment p{"backward", {}};
