@@ -435,45 +435,89 @@ LayerTotals layer_totals(const StepInputs& st) {
   return t;
 }
 
-std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
-                                     const RankStates& rs) {
-  const StepInputs st = step_inputs(r, s, l, role, rs);
-  const Request& ar = st.ar;
-  const ModelSpec& m = st.m;
-  const u64 b = st.b, seq = st.seq, tokens = st.tokens;
-  const bool gc = st.gc, accumulate = st.accumulate, grads_unsharded = st.grads_unsharded;
-  const u64 total_t = st.total_t;
+/// What the step's moments read besides the inputs, computed once: the activations outside the
+/// layers, the layers' totals, the head, the weight casts, and the gradients and buffers that
+/// live through the step.
+struct StepTotals {
+  u64 shared = 0;                ///< activations outside the layers through the forward (shared_forward_bytes)
+  u64 shared_after = 0;          ///< ... after the model's forward
+  u64 masks_gone_at_bottom = 0;  ///< ... of which freed before the bottom layer's backward
+  LayerTotals layers;            ///< (activation offloading: layers.kept is what the device holds)
+  bool offloaded = false;        ///< activation offloading
+  u64 prev_graph_ctx = 0;        ///< what the previous step's graph still holds (previous_graph_contexts)
+  HeadActivations head;          ///< this rank's head (chunked loss: loss peaks per chunk)
+  u64 chunked_logits = 0;        ///< chunked loss: every chunk's logits in their dtype
+  u64 head_casts = 0;            ///< autocast's cast of the lm_head weight
+  u64 kept_logits = 0;           ///< logits the model output keeps through backward
+  u64 forward_casts = 0;         ///< autocast weight casts alive through the forward and the loss
+  bool grads_kept = false;       ///< gradients live through the whole step
+  u64 persistent_grads = 0;      ///< ... their bytes (0 when they are not kept)
+  bool fsdp = false;             ///< FSDP, any sharding strategy
+  u64 comm = 0;                  ///< communication buffers through forward and backward
+  u64 tied_head_t = 0;           ///< a tied head's trainable parameters (the token table's)
+  u64 head_t = 0;                ///< the head's trainable parameters on this rank
+  bool fsdp2_root = false;       ///< FSDP2's root unit holds the head: its gradients stay whole
+  u64 head_grad = 0;             ///< the head's gradient, this rank's share
+};
 
+/// The activations outside the layers (embedding output, masks, position tables): on the ranks
+/// with the embedding or the head.
+void shared_activations(const StepInputs& st, StepTotals& t) {
+  const RankRole& role = st.role;
+  const ModelSpec& m = st.m;
+  const Request& ar = st.ar;
+  const u64 b = st.b, seq = st.seq;
+  const bool gc = st.gc;
   const u64 shared = role.embedding || role.head ? shared_forward_bytes(m, ar, b, seq) : 0;
+  t.shared = shared;
   // After the model's forward: without checkpointing eager attention's 4-D mask is gone (the
   // score add keeps nothing; measured, peak dump of tuning case
   // gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: no [2, 1, 512, 512] alive at the
   // loss backward); checkpointing keeps it as an input of each checkpointed layer.
-  const u64 shared_after = gc || !(role.embedding || role.head) ? shared : sub_floor(shared, eager_mask_bytes(m, ar, b, seq));
+  t.shared_after = gc || !(role.embedding || role.head) ? shared : sub_floor(shared, eager_mask_bytes(m, ar, b, seq));
   // With several 4-D masks (full + sliding), each lives while a checkpointed layer using it has
   // yet to run its backward: in the bottom layer's backward only that layer's kind is left
   // (Gemma-2: layer 0 is sliding, the full mask goes with layer 1's backward).
   const u64 masks_kept = gc && (role.embedding || role.head) ? eager_mask_bytes(m, ar, b, seq) : 0;
-  const u64 masks_gone_at_bottom = masks_kept - masks_kept / eager_mask_count(m);
-  HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
+  t.masks_gone_at_bottom = masks_kept - masks_kept / eager_mask_count(m);
+}
 
-  const LayerTotals layers = layer_totals(st);
-  const std::vector<LayerRun>& runs = layers.runs;
-  u64 A = layers.kept;
-  const u64 casts_total = layers.casts_total, fwd_t_max = layers.fwd_t_max, ctx_graph = layers.ctx_graph;
+/// The layers' totals, then what activation offloading leaves on the device.
+void layer_activations_on_device(const StepInputs& st, StepTotals& t) {
+  t.layers = layer_totals(st);
   // Activation offloading (torchtune OffloadActivations): each layer's saved tensors move to
   // CPU memory after its forward and come back one layer ahead of its backward: the GPU holds
   // about two layers' worth.
   u64 max_kept = 0;
-  for (const LayerRun& g : runs) max_kept = std::max(max_kept, g.kept);
-  const bool offloaded = r.runtime.activation_offloading;
-  if (offloaded) A = std::min(A, mul(2, max_kept));
+  for (const LayerRun& g : t.layers.runs) max_kept = std::max(max_kept, g.kept);
+  t.offloaded = st.r.runtime.activation_offloading;
+  if (t.offloaded) t.layers.kept = std::min(t.layers.kept, mul(2, max_kept));
+}
+
+/// What the autograd contexts of the previous step's graph still hold through this step's
+/// forward, loss and optimizer step (`ctx_graph`: the layers' contexts).
+u64 previous_graph_contexts(const Request& r, u64 ctx_graph) {
+  // A loop that keeps the model output (LitGPT's fit(): `logits`, `loss`) keeps the whole autograd
+  // graph of the step: backward frees what save_for_backward saved, but tensors a custom Function
+  // keeps as plain ctx attributes (bitsandbytes MatMul4Bit's ctx.tensors before 0.43.2) live as long
+  // as its node, i.e. through the optimizer step and the next step's forward and loss, until the
+  // loop rebinds `loss` (bitsandbytes #1270, released in 0.43.2, stopped keeping A: "the bug that
+  // caused a lot of memory issues with QLoRA"). Not when later steps are shorter than the first.
+  return r.runtime.drop_outputs_before_backward || r.runtime.later_steps_shorter ? 0 : ctx_graph;
+}
+
+/// The head's activations (chunked loss: per chunk), the chunks' logits and the lm_head cast.
+void head_totals(const StepInputs& st, StepTotals& t) {
+  const Request& r = st.r;
+  const RankRole& role = st.role;
+  HeadActivations& head = t.head;
+  head = role.head ? shard_head(head_activations(st.m, st.ar, r.task == Task::Full, st.tokens), st.l) : HeadActivations{};
   // Chunked cross-entropy (torchtune CEWithChunkedOutputLoss): the logits come as chunks, each
   // upcast to fp32 and reduced on its own; the fp32 log-softmax of every chunk is kept, but the
   // upcast copy and the backward's gradient buffers exist for one chunk at a time.
   // All chunks' logits in their dtype: held by the model output (eager loss) or saved by the
   // compiled loss, whose backward peak is one logits-sized gradient (activations.cpp).
-  const u64 chunked_logits = r.runtime.compile ? head.loss_backward_peak : head.held_logits;
+  t.chunked_logits = r.runtime.compile ? head.loss_backward_peak : head.held_logits;
   if (r.runtime.loss_chunks > 1 && role.head) {
     const u64 c = r.runtime.loss_chunks;
     head.loss_forward_peak = div_ceil(head.loss_forward_peak, c);
@@ -483,25 +527,90 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // for the input gradient, with or without checkpointing (measured, peak dump of tuning case
   // codegen/h256-L2-V16384/full/amp_bf16/gc/eager/b1s192/sgd: a bf16 [16384, 256] alive at the
   // loss backward).
-  const u64 head_casts = role.head ? div_ceil(s.head_casts, l.tp) : 0;
+  t.head_casts = role.head ? div_ceil(st.s.head_casts, st.l.tp) : 0;
+  t.kept_logits = r.runtime.drop_outputs_before_backward ? 0 : head.held_logits;
+}
+
+/// The weight casts through the forward, the gradients kept through the step and the
+/// communication buffers.
+void casts_grads_and_buffers(const StepInputs& st, StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const Layout& l = st.l;
+  const RankStates& rs = st.rs;
+  const bool gc = st.gc;
   // Under checkpointing autocast still caches the casts of trainable weights during forward.
   u64 cast_cache = 0;
   if (gc && r.task == Task::Full)
-    for (size_t i = 0; i < m.groups.size(); ++i) cast_cache = add(cast_cache, mul(role.layers[i], div_ceil(s.groups[i].casts, l.tp)));
-  const u64 forward_casts = add(gc ? cast_cache : casts_total, head_casts);
+    for (size_t i = 0; i < m.groups.size(); ++i) cast_cache = add(cast_cache, mul(st.role.layers[i], div_ceil(s.groups[i].casts, l.tp)));
+  t.forward_casts = add(gc ? cast_cache : t.layers.casts_total, t.head_casts);
   // Gradients live through the forward when they accumulate over micro-batches or are zeroed
   // rather than freed; stepping inside backward frees each one as soon as it is produced.
-  const bool grads_kept = (accumulate || !r.runtime.zero_grad_to_none) && !r.runtime.optimizer_in_backward;
-  const u64 persistent_grads = grads_kept ? rs.grads : 0;
+  t.grads_kept = (st.accumulate || !r.runtime.zero_grad_to_none) && !r.runtime.optimizer_in_backward;
+  t.persistent_grads = t.grads_kept ? rs.grads : 0;
   // FSDP's reduce-scatter buffers exist only once a unit's backward has finished (its unsharded
   // gradients flattened for the collective): not in forward, not while the first unit of the
   // backward computes (measured, FSDP2 on gloo: llama-tiny fsdp_full_shard peaks in the last
   // layer's backward with the root and two units unsharded and no reduce-scatter buffer). DDP's
   // buckets are allocated in the first iteration and live for good.
-  const bool fsdp = l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp ||
-                    l.method == ParallelMethod::FsdpHybrid;
-  const u64 comm = fsdp ? rs.gathered : add(rs.gathered, rs.buckets);
+  t.fsdp = l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp ||
+           l.method == ParallelMethod::FsdpHybrid;
+  t.comm = t.fsdp ? rs.gathered : add(rs.gathered, rs.buckets);
+}
 
+/// The head's trainable parameters and its weight gradient, this rank's share.
+void head_gradient(const StepInputs& st, StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const Layout& l = st.l;
+  const RankStates& rs = st.rs;
+  // A tied head's weight gradient is the [V, h] token table's (waiting in autograd's input buffer
+  // for the embedding's own); a learned position table gets its gradient only from the
+  // embeddings' backward, after every layer (measured, peak dump of tuning case
+  // gpt_bigcode/h256-L3-V1024/full/bf16/gc/sdpa/b2s128/sgd: the head's bf16 [1024, 256] mm alive
+  // in layer 0's backward, no gradient of wpe [1024, 256]).
+  t.tied_head_t = s.tied_embeddings ? sub_floor(s.emb_t, m.position_params) : 0;
+  t.head_t = st.role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, div_ceil(t.tied_head_t, l.vocab_split()))) : 0;
+  // FSDP2 reduce-scatters the root unit's gradients only in the final callback: through the
+  // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
+  // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
+  // layers.0's backward; bf16 gc: 262,400 B).
+  t.fsdp2_root = t.fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
+  t.head_grad = scale(t.fsdp2_root && !st.grads_unsharded ? mul(rs.grads, l.shard) : rs.grads, t.head_t, st.total_t);
+}
+
+StepTotals step_totals(const StepInputs& st) {
+  StepTotals t;
+  shared_activations(st, t);
+  layer_activations_on_device(st, t);
+  t.prev_graph_ctx = previous_graph_contexts(st.r, t.layers.ctx_graph);
+  head_totals(st, t);
+  casts_grads_and_buffers(st, t);
+  head_gradient(st, t);
+  return t;
+}
+
+std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
+                                     const RankStates& rs) {
+  const StepInputs st = step_inputs(r, s, l, role, rs);
+  const StepTotals t = step_totals(st);
+  const Request& ar = st.ar;
+  const ModelSpec& m = st.m;
+  const u64 tokens = st.tokens;
+  const bool gc = st.gc;
+  const u64 total_t = st.total_t;
+  const u64 shared = t.shared, shared_after = t.shared_after, masks_gone_at_bottom = t.masks_gone_at_bottom;
+  const std::vector<LayerRun>& runs = t.layers.runs;
+  const u64 A = t.layers.kept, casts_total = t.layers.casts_total, fwd_t_max = t.layers.fwd_t_max;
+  const bool offloaded = t.offloaded;
+  const u64 prev_graph_ctx = t.prev_graph_ctx;
+  const HeadActivations& head = t.head;
+  const u64 chunked_logits = t.chunked_logits, head_casts = t.head_casts, kept_logits = t.kept_logits;
+  const u64 forward_casts = t.forward_casts, persistent_grads = t.persistent_grads, comm = t.comm;
+  const bool grads_kept = t.grads_kept, fsdp = t.fsdp, fsdp2_root = t.fsdp2_root;
+  const u64 tied_head_t = t.tied_head_t, head_t = t.head_t, head_grad = t.head_grad;
   auto base = [&](Moment& p) {
     p.parts["weights"] = rs.weights;
     p.parts["master_weights"] = rs.master;
@@ -516,13 +625,6 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   fwd.parts["autocast_weight_copies"] = forward_casts;
   fwd.parts["temporary_buffers"] = fwd_t_max;
   if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
-  // A loop that keeps the model output (LitGPT's fit(): `logits`, `loss`) keeps the whole autograd
-  // graph of the step: backward frees what save_for_backward saved, but tensors a custom Function
-  // keeps as plain ctx attributes (bitsandbytes MatMul4Bit's ctx.tensors before 0.43.2) live as long
-  // as its node, i.e. through the optimizer step and the next step's forward and loss, until the
-  // loop rebinds `loss` (bitsandbytes #1270, released in 0.43.2, stopped keeping A: "the bug that
-  // caused a lot of memory issues with QLoRA"). Not when later steps are shorter than the first.
-  const u64 prev_graph_ctx = r.runtime.drop_outputs_before_backward || r.runtime.later_steps_shorter ? 0 : ctx_graph;
   fwd.parts["activations"] = add(fwd.parts["activations"], prev_graph_ctx);
   out.push_back(fwd);
   if (role.head) {
@@ -541,20 +643,6 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     out.push_back(loss);
   }
   // Backward at the head: loss gradients while every activation is still saved.
-  const u64 kept_logits = r.runtime.drop_outputs_before_backward ? 0 : head.held_logits;
-  // A tied head's weight gradient is the [V, h] token table's (waiting in autograd's input buffer
-  // for the embedding's own); a learned position table gets its gradient only from the
-  // embeddings' backward, after every layer (measured, peak dump of tuning case
-  // gpt_bigcode/h256-L3-V1024/full/bf16/gc/sdpa/b2s128/sgd: the head's bf16 [1024, 256] mm alive
-  // in layer 0's backward, no gradient of wpe [1024, 256]).
-  const u64 tied_head_t = s.tied_embeddings ? sub_floor(s.emb_t, m.position_params) : 0;
-  const u64 head_t = role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, div_ceil(tied_head_t, l.vocab_split()))) : 0;
-  // FSDP2 reduce-scatters the root unit's gradients only in the final callback: through the
-  // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
-  // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
-  // layers.0's backward; bf16 gc: 262,400 B).
-  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
-  const u64 head_grad = scale(fsdp2_root && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
   if (role.head) {
     Moment p{"backward", {}};
     base(p);
