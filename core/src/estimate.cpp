@@ -353,9 +353,9 @@ u64 first_lora_layer(const StepInputs& st, size_t i, const LayerActivations& la,
   const ModelSpec& m = st.m;
   const ModelStates& s = st.s;
   const u64 in_flight = st.in_flight;
-  u64& A = t.kept;
+  u64& all_kept = t.kept;
   u64 first_unsaved_casts = 0;
-  A = sub_floor(A, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
+  all_kept = sub_floor(all_kept, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
   // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
   // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
   // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
@@ -379,19 +379,19 @@ u64 first_lora_layer(const StepInputs& st, size_t i, const LayerActivations& la,
   }
   // (NeoX's parallel residual reads the layer input through a second norm: the same holds,
   // tuning case gpt_neox/h256-L3-V1024/lora-r32-attn/fp32/nogc/sdpa/b4s48/adamw_fused)
-  if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
+  if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) all_kept = sub_floor(all_kept, mul(in_flight, la.mlp_saved));
   // A sequential block with adapters on the MLP only: the first layer's attention and the
   // norm after it see no input needing a gradient and keep nothing (measured, tuning cases
   // biogpt/h256-L4-V4096/lora-r8-mlp/fp32/nogc/eager/b1s96/sgd,
   // gemma2/h256-L4-V4096/lora-r8-mlp/bf16/nogc/eager/b3s96/sgd,
   // stablelm/h64-L4-V2048/lora-r4-mlp/fp32/nogc/sdpa/b1s64/adamw)
   if (!m.parallel_block && !attn_adapted && mlp_adapted)
-    A = sub_floor(A, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
+    all_kept = sub_floor(all_kept, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
   // A parallel block with adapters on the MLP only: the first layer's attention keeps nothing;
   // the norm output stays for the MLP's adapters (tuning case
   // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
   if (m.parallel_block && !attn_adapted && mlp_adapted)
-    A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
+    all_kept = sub_floor(all_kept, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
   // Its attention probabilities, saved by no one, still live through the next layer's forward
   // where the model's loop keeps each block's return (tensor log of tuning case
   // falcon/h128-L2-V2048/lora-r8-mlp/bf16/nogc/eager/b1s512/sgd: layer 0's [1, 16, 512, 512]
@@ -592,85 +592,95 @@ StepTotals step_totals(const StepInputs& st) {
   return t;
 }
 
-std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
-                                     const RankStates& rs) {
-  const StepInputs st = step_inputs(r, s, l, role, rs);
-  const StepTotals t = step_totals(st);
-  const Request& ar = st.ar;
-  const ModelSpec& m = st.m;
-  const u64 tokens = st.tokens;
-  const bool gc = st.gc;
-  const u64 total_t = st.total_t;
-  const u64 shared = t.shared, shared_after = t.shared_after, masks_gone_at_bottom = t.masks_gone_at_bottom;
-  const std::vector<LayerRun>& runs = t.layers.runs;
-  const u64 A = t.layers.kept, casts_total = t.layers.casts_total, fwd_t_max = t.layers.fwd_t_max;
-  const bool offloaded = t.offloaded;
-  const u64 prev_graph_ctx = t.prev_graph_ctx;
+/// A moment of the step with the states that live through it: weights, master weights,
+/// optimizer states, the kept gradients and the communication buffers.
+Moment with_states(const char* phase, const StepInputs& st, const StepTotals& t) {
+  Moment p{phase, {}};
+  p.parts["weights"] = st.rs.weights;
+  p.parts["master_weights"] = st.rs.master;
+  p.parts["optimizer_states"] = st.rs.states;
+  p.parts["gradients"] = t.persistent_grads;
+  p.parts["communication_buffers"] = t.comm;
+  return p;
+}
+
+/// Forward: every layer's saved activations and the largest transient of one layer.
+Moment forward_moment(const StepInputs& st, const StepTotals& t) {
   const HeadActivations& head = t.head;
-  const u64 chunked_logits = t.chunked_logits, head_casts = t.head_casts, kept_logits = t.kept_logits;
-  const u64 forward_casts = t.forward_casts, persistent_grads = t.persistent_grads, comm = t.comm;
-  const bool grads_kept = t.grads_kept, fsdp = t.fsdp, fsdp2_root = t.fsdp2_root;
-  const u64 tied_head_t = t.tied_head_t, head_t = t.head_t, head_grad = t.head_grad;
-  auto base = [&](Moment& p) {
-    p.parts["weights"] = rs.weights;
-    p.parts["master_weights"] = rs.master;
-    p.parts["optimizer_states"] = rs.states;
-    p.parts["gradients"] = persistent_grads;
-    p.parts["communication_buffers"] = comm;
-  };
-  std::vector<Moment> out;
-  Moment fwd{"forward", {}};
-  base(fwd);
-  fwd.parts["activations"] = add(A, shared);
-  fwd.parts["autocast_weight_copies"] = forward_casts;
-  fwd.parts["temporary_buffers"] = fwd_t_max;
+  Moment fwd = with_states("forward", st, t);
+  fwd.parts["activations"] = add(t.layers.kept, t.shared);
+  fwd.parts["autocast_weight_copies"] = t.forward_casts;
+  fwd.parts["temporary_buffers"] = t.layers.fwd_t_max;
   if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
-  fwd.parts["activations"] = add(fwd.parts["activations"], prev_graph_ctx);
-  out.push_back(fwd);
-  if (role.head) {
-    Moment loss{"loss", {}};
-    base(loss);
-    loss.parts["activations"] = add(add(A, shared_after), prev_graph_ctx);
-    loss.parts["autocast_weight_copies"] = forward_casts;
-    loss.parts["logits_loss"] = add(add(head.saved, head.held_logits), head.loss_forward_peak);
-    // FSDP2 without resharding after forward (SHARD_GRAD_OP): every unit is unsharded at the loss,
-    // plus the last layer's all-gather output held by comm_ctx.all_gather_state until the next
-    // all-gather (measured, llama/qwen3 fp32 fsdp_shard_grad_opx2: the peak at nll_loss_forward).
-    // FULL_SHARD really holds the root + that buffer at the loss (the layers are resharded); its
-    // `comm` (root + two units) overcounts the loss by one unit, left as is (the loss is not the
-    // peak of the measured FULL_SHARD runs: their backward, with the root's gradients whole, is).
-    if (fsdp && rs.gathered_root == 0) loss.parts["communication_buffers"] = add(comm, rs.gather_held);
-    out.push_back(loss);
-  }
+  fwd.parts["activations"] = add(fwd.parts["activations"], t.prev_graph_ctx);
+  return fwd;
+}
+
+/// The loss (the head's rank): the logits, their fp32 copy and the loss's forward peak.
+Moment loss_moment(const StepInputs& st, const StepTotals& t) {
+  const RankStates& rs = st.rs;
+  const HeadActivations& head = t.head;
+  Moment loss = with_states("loss", st, t);
+  loss.parts["activations"] = add(add(t.layers.kept, t.shared_after), t.prev_graph_ctx);
+  loss.parts["autocast_weight_copies"] = t.forward_casts;
+  loss.parts["logits_loss"] = add(add(head.saved, head.held_logits), head.loss_forward_peak);
+  // FSDP2 without resharding after forward (SHARD_GRAD_OP): every unit is unsharded at the loss,
+  // plus the last layer's all-gather output held by comm_ctx.all_gather_state until the next
+  // all-gather (measured, llama/qwen3 fp32 fsdp_shard_grad_opx2: the peak at nll_loss_forward).
+  // FULL_SHARD really holds the root + that buffer at the loss (the layers are resharded); its
+  // `comm` (root + two units) overcounts the loss by one unit, left as is (the loss is not the
+  // peak of the measured FULL_SHARD runs: their backward, with the root's gradients whole, is).
+  if (t.fsdp && rs.gathered_root == 0) loss.parts["communication_buffers"] = add(t.comm, rs.gather_held);
+  return loss;
+}
+
+/// The loss's backward (the head's rank).
+Moment loss_backward_moment(const StepInputs& st, const StepTotals& t) {
+  const RankStates& rs = st.rs;
+  const HeadActivations& head = t.head;
   // Backward at the head: loss gradients while every activation is still saved.
-  if (role.head) {
-    Moment p{"backward", {}};
-    base(p);
-    // FULL_SHARD: at the loss backward only the root unit is unsharded (FSDP2 keeps the root
-    // after forward; each layer is all-gathered again by its pre-backward hook)
-    if (fsdp && rs.gathered_root > 0) p.parts["communication_buffers"] = rs.gathered_root;
-    p.parts["activations"] = add(A, shared_after);
-    p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
-    p.parts["logits_loss"] = add(add(head.saved, kept_logits), head.loss_backward_peak);
-    out.push_back(p);
-  }
+  Moment p = with_states("backward", st, t);
+  // FULL_SHARD: at the loss backward only the root unit is unsharded (FSDP2 keeps the root
+  // after forward; each layer is all-gathered again by its pre-backward hook)
+  if (t.fsdp && rs.gathered_root > 0) p.parts["communication_buffers"] = rs.gathered_root;
+  p.parts["activations"] = add(t.layers.kept, t.shared_after);
+  p.parts["autocast_weight_copies"] = add(t.layers.casts_total, t.head_casts);
+  p.parts["logits_loss"] = add(add(head.saved, t.kept_logits), head.loss_backward_peak);
+  return p;
+}
+
+/// The trained head's own backward node, after the loss's: its weight gradient beside the logits'
+/// gradient (a full fine-tune with an unchunked loss, one rank per model).
+std::optional<Moment> head_node_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  const HeadActivations& head = t.head;
+  const u64 tokens = st.tokens;
   // Then the head's own node: the loss has freed its log-softmax output; the logits' gradient
   // (in the logits' dtype), the head's input gradient and its new weight gradient are alive next
   // to every saved activation (measured, peak dump of tuning case
   // gptj/h512-L2-V4096/full/bf16/nogc/eager/b1s48/adamw_fused/gas2: lm_head's bf16 [4096, 512] mm
   // beside its kept .grad, at the bias gradient's sum). Unchunked eager loss, one rank per model.
-  if (role.head && r.task == Task::Full && head_t > 0 && head.held_logits > 0 && r.runtime.loss_chunks <= 1 &&
-      (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp) && !r.runtime.optimizer_in_backward) {
-    Moment p{"backward", {}};
-    base(p);
-    p.parts["gradients"] = add(persistent_grads, head_grad);
-    p.parts["activations"] = add(A, shared_after);
-    p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
-    const u64 log_softmax_out = mul(tokens, 4, m.vocab);
-    p.parts["logits_loss"] = add(sub_floor(head.saved, log_softmax_out), add(kept_logits, head.held_logits));
-    p.parts["temporary_buffers"] = mul(tokens, dtypes_for(ar).compute, m.hidden);
-    out.push_back(p);
-  }
+  if (!(st.role.head && r.task == Task::Full && t.head_t > 0 && head.held_logits > 0 && r.runtime.loss_chunks <= 1 &&
+        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp) && !r.runtime.optimizer_in_backward))
+    return std::nullopt;
+  Moment p = with_states("backward", st, t);
+  p.parts["gradients"] = add(t.persistent_grads, t.head_grad);
+  p.parts["activations"] = add(t.layers.kept, t.shared_after);
+  p.parts["autocast_weight_copies"] = add(t.layers.casts_total, t.head_casts);
+  const u64 log_softmax_out = mul(tokens, 4, m.vocab);
+  p.parts["logits_loss"] = add(sub_floor(head.saved, log_softmax_out), add(t.kept_logits, head.held_logits));
+  p.parts["temporary_buffers"] = mul(tokens, dtypes_for(st.ar).compute, m.hidden);
+  return p;
+}
+
+/// Chunked cross-entropy's backward (the head's rank, more than one chunk).
+Moment chunked_loss_backward_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  const u64 tokens = st.tokens, chunked_logits = t.chunked_logits;
   // Chunked cross-entropy (eager): the autograd engine runs every chunk's loss backward before
   // any chunk's output projection (the loss nodes are the newest), so the logits gradients of
   // all chunks wait in the logits dtype while the log-softmax outputs are already freed. A
@@ -682,77 +692,95 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // the loss's compute_cross_entropy, not the chunked output projection (training/_compile.py
   // compile_model / compile_loss), so the chunks' projections and their weight-gradient sum run
   // eager; what each compiled loss chunk saved (its logits) is freed by its own backward.
-  if (role.head && r.runtime.loss_chunks > 1) {
-    const u64 c = r.runtime.loss_chunks;
-    const u64 elem = chunked_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
-    const u64 wgrad = mul(div_ceil(m.vocab, l.vocab_split()), m.lm_head.in, elem);
-    const u64 queued = head_t > 0 ? add(scale(chunked_logits, c - 2, c), mul(3, wgrad))
+  const u64 c = r.runtime.loss_chunks;
+  const u64 elem = chunked_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
+  const u64 wgrad = mul(div_ceil(m.vocab, l.vocab_split()), m.lm_head.in, elem);
+  const u64 queued = t.head_t > 0 ? add(scale(chunked_logits, c - 2, c), mul(3, wgrad))
                                   : add(scale(chunked_logits, c - 1, c), div_ceil(mul(tokens, m.lm_head.in, elem), c));
-    const u64 freed = r.runtime.compile ? chunked_logits : scale(mul(tokens, 4, m.vocab), 1, l.vocab_split());
-    Moment q{"backward", {}};
-    base(q);
-    if (fsdp && rs.gathered_root > 0) q.parts["communication_buffers"] = rs.gathered_root;  // as at the head's backward above
-    q.parts["activations"] = add(A, shared_after);
-    q.parts["autocast_weight_copies"] = add(casts_total, head_casts);
-    q.parts["logits_loss"] = add(sub_floor(head.saved, freed), queued);
-    out.push_back(q);
-  }
+  const u64 freed = r.runtime.compile ? chunked_logits : scale(mul(tokens, 4, m.vocab), 1, l.vocab_split());
+  Moment q = with_states("backward", st, t);
+  if (t.fsdp && st.rs.gathered_root > 0) q.parts["communication_buffers"] = st.rs.gathered_root;  // as at the head's backward above
+  q.parts["activations"] = add(t.layers.kept, t.shared_after);
+  q.parts["autocast_weight_copies"] = add(t.layers.casts_total, t.head_casts);
+  q.parts["logits_loss"] = add(sub_floor(t.head.saved, freed), queued);
+  return q;
+}
+
+/// What one layer of run g has alive beyond the saved activations at its worst backward moment
+/// (`grads_grow`: gradients appear layer by layer).
+u64 layer_backward_temporaries(const LayerRun& g, bool grads_grow, bool gc) {
+  // Checkpointed layer: its recomputed forward (with the incoming gradient alive), then its
+  // backward over the recomputed tensors.
+  // Gradients appearing layer by layer: the layer's MLP backward moments come after
+  // down_proj's node has produced its weight (and bias) gradient (measured,
+  // bloom/full/fp32/nogc/eager: dense_4h_to_h's 262,656 B of gradient next to BloomGelu's
+  // backward temporaries).
+  // (the attention moment: its transients and gradients, less what the layer's MLP and the
+  // attention block's tail have released by then)
+  // (trained fused experts: also gate_up's weight-gradient moment, activations.cpp; with
+  // gradients kept the down stack's is accumulated by then)
+  // (the second norm's backward, activations.cpp mlp_norm_backward: by then the MLP block's
+  // weight gradients exist)
+  const u64 bwd_t = grads_grow ? std::max({add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released),
+                                           g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0,
+                                           g.shared_bwd > 0 ? add(g.shared_bwd, g.shared_grad) : 0,
+                                           g.norm_bwd > 0 ? add(g.norm_bwd, g.norm_grad) : 0})
+                               : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released),
+                                           g.moe_wgrad, g.shared_bwd, g.norm_bwd});
+  return gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
+}
+
+/// Backward through the layers, appended to `out`.
+void layers_backward(const StepInputs& st, const StepTotals& t, std::vector<Moment>& out) {
+  const Request& r = st.r;
+  const RankRole& role = st.role;
+  const RankStates& rs = st.rs;
+  const std::vector<LayerRun>& runs = t.layers.runs;
+  const bool grads_kept = t.grads_kept;
   // Backward through the layers, top to bottom: both ends of each run of identical layers.
   // gradients that appear layer by layer (not when they are kept all along or freed at once)
   const bool grads_grow = !grads_kept && !r.runtime.optimizer_in_backward;
-  u64 grads_done = grads_grow ? head_grad : 0;
+  u64 grads_done = grads_grow ? t.head_grad : 0;
   // With gradients kept, a tied head's new weight gradient still waits in autograd's input buffer
   // for the embedding's own (see the tied-embedding moment below), beside the kept .grad, through
   // every layer's backward (measured, peak dump of tuning case
   // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: an fp32 [4096, 512] mm next
   // to the accumulated [4096, 512] .grad in the last layer's MLP backward).
-  const u64 head_waiting = grads_kept && !grads_grow ? scale(rs.grads, div_ceil(tied_head_t, l.vocab_split()), total_t) : 0;
-  u64 remaining_A = A, remaining_casts = casts_total;
+  const u64 head_waiting = grads_kept && !grads_grow ? scale(rs.grads, div_ceil(t.tied_head_t, st.l.vocab_split()), st.total_t) : 0;
+  u64 remaining_kept = t.layers.kept, remaining_casts = t.layers.casts_total;
   for (size_t gi = runs.size(); gi-- > 0;) {
     const LayerRun& g = runs[gi];
     for (int end = 0; end < 2; ++end) {
       const u64 done = end == 0 ? 0 : g.count - 1;
-      Moment p{"backward", {}};
-      base(p);
-      p.parts["gradients"] = add(persistent_grads, add(grads_done, grads_grow ? mul(done, g.grad) : 0));
-      const u64 left = sub_floor(remaining_A, mul(done, g.kept));
+      Moment p = with_states("backward", st, t);
+      p.parts["gradients"] = add(t.persistent_grads, add(grads_done, grads_grow ? mul(done, g.grad) : 0));
+      const u64 left = sub_floor(remaining_kept, mul(done, g.kept));
       const bool bottom_layer = role.embedding && gi == 0 && done + 1 == g.count;
-      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, sub_floor(shared_after, bottom_layer ? masks_gone_at_bottom : 0));
+      p.parts["activations"] = add(t.offloaded ? std::min(left, mul(2, g.kept)) : left, sub_floor(t.shared_after, bottom_layer ? t.masks_gone_at_bottom : 0));
       p.parts["autocast_weight_copies"] = sub_floor(remaining_casts, mul(done, g.casts));
-      // Checkpointed layer: its recomputed forward (with the incoming gradient alive), then its
-      // backward over the recomputed tensors.
-      // Gradients appearing layer by layer: the layer's MLP backward moments come after
-      // down_proj's node has produced its weight (and bias) gradient (measured,
-      // bloom/full/fp32/nogc/eager: dense_4h_to_h's 262,656 B of gradient next to BloomGelu's
-      // backward temporaries).
-      // (the attention moment: its transients and gradients, less what the layer's MLP and the
-      // attention block's tail have released by then)
-      // (trained fused experts: also gate_up's weight-gradient moment, activations.cpp; with
-      // gradients kept the down stack's is accumulated by then)
-      // (the second norm's backward, activations.cpp mlp_norm_backward: by then the MLP block's
-      // weight gradients exist)
-      const u64 bwd_t = grads_grow ? std::max({add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released),
-                                             g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0,
-                                             g.shared_bwd > 0 ? add(g.shared_bwd, g.shared_grad) : 0,
-                                             g.norm_bwd > 0 ? add(g.norm_bwd, g.norm_grad) : 0})
-                                   : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released),
-                                               g.moe_wgrad, g.shared_bwd, g.norm_bwd});
-      const u64 layer_t =
-          gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
+      const u64 layer_t = layer_backward_temporaries(g, grads_grow, st.gc);
       p.parts["temporary_buffers"] = add(layer_t, role.head ? head_waiting : 0);
-      p.parts["logits_loss"] = kept_logits;
+      p.parts["logits_loss"] = t.kept_logits;
       const bool first_unit = gi + 1 == runs.size() && done == 0;
       // FSDP2 on later units: the root, the unit's unsharded parameters and its all-gather output
       // (held in comm_ctx.all_gather_state), i.e. `comm`; the previous unit's reduce-scatter buffer
       // is already freed (measured, fsdpdump bf16 gc fsdp_full_shardx2 in layers.0's backward: no
       // [475648]-byte reduce-scatter input alive). Other FSDP set-ups keep the bucket.
-      if (fsdp && !first_unit) p.parts["communication_buffers"] = fsdp2_root ? comm : add(comm, rs.buckets);
+      if (t.fsdp && !first_unit) p.parts["communication_buffers"] = t.fsdp2_root ? t.comm : add(t.comm, rs.buckets);
       out.push_back(p);
     }
     grads_done = add(grads_done, grads_grow ? mul(g.count, g.grad) : 0);
-    remaining_A = sub_floor(remaining_A, mul(g.count, g.kept));
+    remaining_kept = sub_floor(remaining_kept, mul(g.count, g.kept));
     remaining_casts = sub_floor(remaining_casts, mul(g.count, g.casts));
   }
+}
+
+/// Backward through a trained, tied token embedding (full fine-tune, one rank).
+std::optional<Moment> tied_embedding_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const RankStates& rs = st.rs;
   // Backward through a trained, tied token embedding (one rank holds the whole vocabulary): the
   // head's weight gradient waits in autograd's input buffer until the embedding's backward has
   // made its own dense [V, h] gradient, and the two are summed out of place before the weight's
@@ -762,25 +790,49 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // gemma2/h384-L2-V32000/full/bf16/nogc/eager/b2s32/adamw and
   // falcon/h384-L3-V32000/full/amp_bf16/gc/eager/b2s64/adamw/gas2: 3 x [32000, 384] alive in
   // embedding_dense_backward / the input-buffer add, all layer gradients done).
-  if (r.task == Task::Full && role.embedding && s.tied_embeddings && s.emb_t > 0 && l.method == ParallelMethod::Single &&
-      !r.runtime.optimizer_in_backward) {
-    Moment p{"backward", {}};
-    base(p);
-    p.parts["gradients"] = rs.grads;
-    p.parts["activations"] = shared_after;
-    const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), total_t);
-    p.parts["temporary_buffers"] = mul(grads_kept ? 3 : 2, table);
-    out.push_back(p);
-  }
+  if (!(r.task == Task::Full && st.role.embedding && s.tied_embeddings && s.emb_t > 0 && st.l.method == ParallelMethod::Single &&
+        !r.runtime.optimizer_in_backward))
+    return std::nullopt;
+  Moment p = with_states("backward", st, t);
+  p.parts["gradients"] = rs.grads;
+  p.parts["activations"] = t.shared_after;
+  const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), st.total_t);
+  p.parts["temporary_buffers"] = mul(t.grads_kept ? 3 : 2, table);
+  return p;
+}
+
+/// The optimizer step.
+Moment optimizer_step_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const RankStates& rs = st.rs;
   // Optimizer step: all gradients, states, step temporaries.
-  Moment step{"optimizer_step", {}};
-  base(step);
+  Moment step = with_states("optimizer_step", st, t);
   step.parts["gradients"] = r.runtime.optimizer_in_backward ? 0 : rs.grads;
   step.parts["communication_buffers"] = rs.buckets;
   step.parts["temporary_buffers"] = rs.step_temporary;
-  if (head.held_until_next_forward) step.parts["logits_loss"] = head.held_until_next_forward;
-  if (prev_graph_ctx) step.parts["activations"] = prev_graph_ctx;
-  out.push_back(step);
+  if (t.head.held_until_next_forward) step.parts["logits_loss"] = t.head.held_until_next_forward;
+  if (t.prev_graph_ctx) step.parts["activations"] = t.prev_graph_ctx;
+  return step;
+}
+
+/// One training step as a timeline of moments (see the top of this file): forward, the loss and
+/// its backward on the head's rank, each run of layers' backward, the tied embedding's backward,
+/// the optimizer step.
+std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
+                                     const RankStates& rs) {
+  const StepInputs st = step_inputs(r, s, l, role, rs);
+  const StepTotals t = step_totals(st);
+  std::vector<Moment> out;
+  out.push_back(forward_moment(st, t));
+  if (role.head) {
+    out.push_back(loss_moment(st, t));
+    out.push_back(loss_backward_moment(st, t));
+    if (std::optional<Moment> p = head_node_moment(st, t)) out.push_back(*p);
+    if (r.runtime.loss_chunks > 1) out.push_back(chunked_loss_backward_moment(st, t));
+  }
+  layers_backward(st, t, out);
+  if (std::optional<Moment> p = tied_embedding_moment(st, t)) out.push_back(*p);
+  out.push_back(optimizer_step_moment(st, t));
   return out;
 }
 
