@@ -121,15 +121,17 @@ TEST_CASE("edits change the entries they are about") {
   CHECK(find_op(decoder_layer(base), "input")->saved);
   // half eager attention: softmax(dtype=float32) runs on an fp32 copy of the scores and its
   // gradient is fp32; CUDA fp16's _softmax(half_to_float) makes no copy and a half gradient
-  LayerSetup half_eager = eager;
-  half_eager.half = true;
-  REQUIRE(find_op(decoder_layer(half_eager), "attn.softmax_in") != nullptr);
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in")->dtype == Dt::F32);
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::F32);
-  CHECK(find_op(decoder_layer(half_eager), "attn.probs_half")->grad_dtype == Dt::F32);
-  half_eager.softmax_half_to_float = true;
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in") == nullptr);
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::Model);
+  // (step_lists applies that edit to every family's decoder list)
+  StepSetup half_eager = tiny_setup(true, true, true, false, 2);
+  const OpList fp32_softmax = step_lists(half_eager).layers.front().list;
+  REQUIRE(find_op(fp32_softmax, "attn.softmax_in") != nullptr);
+  CHECK(find_op(fp32_softmax, "attn.softmax_in")->dtype == Dt::F32);
+  CHECK(find_op(fp32_softmax, "attn.softmax")->grad_dtype == Dt::F32);
+  CHECK(find_op(fp32_softmax, "attn.probs_half")->grad_dtype == Dt::F32);
+  half_eager.layer.softmax_half_to_float = true;
+  const OpList half_to_float = step_lists(half_eager).layers.front().list;
+  CHECK(find_op(half_to_float, "attn.softmax_in") == nullptr);
+  CHECK(find_op(half_to_float, "attn.softmax")->grad_dtype == Dt::Model);
   // LoRA on q and v: adapters on those two only, no trained base weight
   LayerSetup qv = base;
   qv.full = false;
