@@ -151,7 +151,7 @@ struct LayerRun {
   u64 grad;           ///< the layer's share of the rank's gradients
   u64 casts;          ///< autocast weight casts kept for backward (none under checkpointing)
   u64 fwd_t;          ///< extra live at the worst moment of the recomputed forward
-  u64 in_grad;        ///< the checkpointed input (LayerActivations::checkpoint_saved)
+  u64 in_grad;        ///< the incoming gradient while the recomputation runs (the checkpointed input's size)
   u64 held;           ///< gradients the first backward nodes hold while the recomputation runs
   u64 down_grad;      ///< gradients alive at the MLP's worst moments (layer_grads)
   u64 late_grad;      ///< gradients alive at the attention's worst backward moment (layer_grads)
