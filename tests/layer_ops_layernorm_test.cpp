@@ -14,6 +14,7 @@
 #include "memfit/allocator.hpp"
 #include "memfit/library.hpp"
 #include "memfit/request.hpp"
+#include "records.hpp"
 #include "schedule.hpp"
 
 using namespace memfit;
@@ -142,16 +143,9 @@ TEST_CASE("the periodic shortcut equals the full simulation on the LayerNorm lis
 TEST_CASE("[.dump] the schedule's trace of one suite case", "[.dump]") {
   const char* name = std::getenv("MEMFIT_DUMP_CASE");
   if (!name) return;
-  std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/cpu-suite-full.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j["name"] != name) continue;
-    nlohmann::json req = j["request"];
-    for (const char* k : {"steps", "measure"}) req.erase(k);
-    req["model"].erase("source");
-    req["model"].erase("config_inline");
-    const auto s = step_setup(parse_request(req, &lookup));
+  for (const memfit::testing::RecordLine& l : memfit::testing::record_lines("cpu-suite-full.jsonl")) {
+    if (l.name != name) continue;
+    const auto s = step_setup(memfit::testing::estimator_request(l.request));
     REQUIRE(s);
     std::ofstream out("/tmp/memfit-schedule-trace.json");
     out << nlohmann::json{{"name", name}, {"trace", step_trace(*s)}}.dump() << "\n";

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,10 +16,12 @@
 #include "memfit/allocator.hpp"
 #include "memfit/library.hpp"
 #include "memfit/request.hpp"
+#include "records.hpp"
 #include "schedule.hpp"
 
 using namespace memfit;
 using namespace memfit::sched;
+using namespace memfit::testing;
 
 namespace {
 
@@ -31,27 +32,16 @@ struct Measured {
 };
 
 std::vector<Measured> suite_records(const char* file = "cpu-suite-full.jsonl") {
-  std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + file);
   std::vector<Measured> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const auto j = nlohmann::json::parse(line);
-    if (!j.contains("measured") || !j["measured"].contains("peak_allocated_bytes")) continue;
-    out.push_back({j["name"], j["request"], j["measured"]["peak_allocated_bytes"].get<u64>()});
-  }
+  for (const RecordLine& l : record_lines(file))
+    if (!l.measured.is_null() && l.measured.contains("peak_allocated_bytes"))
+      out.push_back({l.name, l.request, l.measured["peak_allocated_bytes"].get<u64>()});
   return out;
 }
 
-bool lookup(const std::string& id, nlohmann::json& c) { return bundled_config(id, c); }
-
 std::optional<StepSetup> setup_of(const Measured& m) {
-  nlohmann::json req = m.request;
-  for (const char* k : {"steps", "measure"}) req.erase(k);
-  req["model"].erase("source");
-  req["model"].erase("config_inline");
   try {
-    return step_setup(parse_request(req, &lookup));
+    return step_setup(estimator_request(m.request));
   } catch (const std::exception&) {
     return std::nullopt;
   }
@@ -199,16 +189,9 @@ TEST_CASE("[.rms-table] schedule vs measured, RMSNorm families", "[.rms-table]")
   const char* filter = std::getenv("MEMFIT_FILTER");
   const char* at_name = std::getenv("MEMFIT_AT");  // with MEMFIT_DUMP: the first allocation of this name instead of the peak
   std::map<std::string, std::vector<std::int64_t>> traces;
-  {
-    std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/cpu-traces.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains("measured") && j["measured"].contains("allocation_trace"))
-        traces[j["name"]] = j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>();
-    }
-  }
+  for (const RecordLine& l : record_lines("cpu-traces.jsonl"))
+    if (!l.measured.is_null() && l.measured.contains("allocation_trace"))
+      traces[l.name] = l.measured["allocation_trace"].get<std::vector<std::int64_t>>();
   std::printf("| case | measured | schedule | error %% | replayed trace reserved MiB | schedule reserved MiB |\n"
               "|---|---:|---:|---:|---:|---:|\n");
   std::vector<Measured> all = suite_records();

@@ -17,6 +17,7 @@
 #include "memfit/estimate.hpp"
 #include "memfit/library.hpp"
 #include "memfit/request.hpp"
+#include "records.hpp"
 #include "reserved.hpp"
 #include "schedule.hpp"
 
@@ -41,29 +42,18 @@ u64 part(const Estimate& e, const std::string& name) {
 
 bool lookup(const std::string& id, json& c) { return bundled_config(id, c); }
 
-/// The request of a measured case, as the estimator reads it (the validator's own fields dropped).
-Request request_of(json req) {
-  for (const char* k : {"steps", "measure"}) req.erase(k);
-  req["model"].erase("source");
-  req["model"].erase("config_inline");
-  return parse_request(req, &lookup);
-}
+/// The request of a measured case, as the estimator reads it.
+Request request_of(const json& req) { return testing::estimator_request(req); }
 
 /// The case lines that carry a CPU allocation trace: cpu-traces.jsonl (every family's full
 /// fp32 / bf16 cases and llama's variants) and cpu-traces-schedule.jsonl (every other one-shape
 /// suite case the schedule covers).
 std::map<std::string, std::pair<json, std::vector<std::int64_t>>> traced_cases() {
   std::map<std::string, std::pair<json, std::vector<std::int64_t>>> out;
-  for (const char* file : {"cpu-traces.jsonl", "cpu-traces-schedule.jsonl"}) {
-    std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + file);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      const json j = json::parse(line);
-      if (j.contains("measured") && j["measured"].contains("allocation_trace"))
-        out[j["name"]] = {j["request"], j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>()};
-    }
-  }
+  for (const char* file : {"cpu-traces.jsonl", "cpu-traces-schedule.jsonl"})
+    for (const testing::RecordLine& l : testing::record_lines(file))
+      if (!l.measured.is_null() && l.measured.contains("allocation_trace"))
+        out[l.name] = {l.request, l.measured["allocation_trace"].get<std::vector<std::int64_t>>()};
   return out;
 }
 
@@ -231,12 +221,9 @@ TEST_CASE("runtime.alloc_conf drives the simulation; a bad option is an error th
 // segments are not trusted: the overhead is the larger of the rule and the simulated fragmentation.
 // Over every CPU check case run as a CUDA request (the check set has shapes where the two differ).
 TEST_CASE("the schedule sets allocated and reserved where the engine agrees, the larger of the two where not", "[reserved]") {
-  std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/cpu-check.jsonl");
-  std::string line;
   int agree = 0, disagree = 0;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    json req = json::parse(line)["request"];
+  for (const testing::RecordLine& l : testing::record_lines("cpu-check.jsonl")) {
+    json req = l.request;
     req["device"] = "cuda";
     req["gpu"] = {{"name", "H100-SXM-80GB"}};
     const Request r = request_of(req);
@@ -252,7 +239,7 @@ TEST_CASE("the schedule sets allocated and reserved where the engine agrees, the
     const u64 sched_peak = sched::step_peak(*s).bytes;
     CHECK(sched_peak <= sim.peak_allocated);
     const u64 gap = std::max(sched_peak, engine) - std::min(sched_peak, engine);
-    INFO(json::parse(line)["name"] << ": schedule " << sched_peak << ", engine " << engine);
+    INFO(l.name << ": schedule " << sched_peak << ", engine " << engine);
     CHECK(e.reserved_peak_bytes >= a);
     if (gap * 50 <= engine) {
       ++agree;
@@ -265,7 +252,7 @@ TEST_CASE("the schedule sets allocated and reserved where the engine agrees, the
       CHECK(e.reserved_peak_bytes == std::max(sim.peak_reserved, a));
     } else {
       ++disagree;
-      std::printf("  schedule over 2 %% from the engine: %s (%+.2f %%)\n", json::parse(line)["name"].get<std::string>().c_str(),
+      std::printf("  schedule over 2 %% from the engine: %s (%+.2f %%)\n", l.name.c_str(),
                   100.0 * (double(sched_peak) - double(engine)) / double(engine));
       CHECK(a == std::max(sched_peak, engine));
       CHECK(e.allocated_method.starts_with("tensor schedule and engine disagree by "));

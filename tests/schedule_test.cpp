@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,10 +17,12 @@
 #include "memfit/estimate.hpp"
 #include "memfit/library.hpp"
 #include "memfit/request.hpp"
+#include "records.hpp"
 #include "schedule.hpp"
 
 using namespace memfit;
 using namespace memfit::sched;
+using namespace memfit::testing;
 
 namespace {
 
@@ -45,16 +46,13 @@ struct Record {
   std::vector<std::int64_t> trace;
 };
 
+/// The measured cases of data/measurements/`file`.
 std::vector<Record> records(const std::string& file) {
-  std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + file);
   std::vector<Record> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    const auto j = nlohmann::json::parse(line);
-    if (!j.contains("measured")) continue;
-    Record r{j["name"], j["request"], j["measured"]["peak_allocated_bytes"].get<u64>(), {}};
-    if (j["measured"].contains("allocation_trace")) r.trace = j["measured"]["allocation_trace"].get<std::vector<std::int64_t>>();
+  for (const RecordLine& l : record_lines(file)) {
+    if (l.measured.is_null()) continue;
+    Record r{l.name, l.request, l.measured["peak_allocated_bytes"].get<u64>(), {}};
+    if (l.measured.contains("allocation_trace")) r.trace = l.measured["allocation_trace"].get<std::vector<std::int64_t>>();
     out.push_back(std::move(r));
   }
   return out;
@@ -121,15 +119,17 @@ TEST_CASE("edits change the entries they are about") {
   CHECK(find_op(decoder_layer(base), "input")->saved);
   // half eager attention: softmax(dtype=float32) runs on an fp32 copy of the scores and its
   // gradient is fp32; CUDA fp16's _softmax(half_to_float) makes no copy and a half gradient
-  LayerSetup half_eager = eager;
-  half_eager.half = true;
-  REQUIRE(find_op(decoder_layer(half_eager), "attn.softmax_in") != nullptr);
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in")->dtype == Dt::F32);
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::F32);
-  CHECK(find_op(decoder_layer(half_eager), "attn.probs_half")->grad_dtype == Dt::F32);
-  half_eager.softmax_half_to_float = true;
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax_in") == nullptr);
-  CHECK(find_op(decoder_layer(half_eager), "attn.softmax")->grad_dtype == Dt::Model);
+  // (step_lists applies that edit to every family's decoder list)
+  StepSetup half_eager = tiny_setup(true, true, true, false, 2);
+  const OpList fp32_softmax = step_lists(half_eager).layers.front().list;
+  REQUIRE(find_op(fp32_softmax, "attn.softmax_in") != nullptr);
+  CHECK(find_op(fp32_softmax, "attn.softmax_in")->dtype == Dt::F32);
+  CHECK(find_op(fp32_softmax, "attn.softmax")->grad_dtype == Dt::F32);
+  CHECK(find_op(fp32_softmax, "attn.probs_half")->grad_dtype == Dt::F32);
+  half_eager.layer.softmax_half_to_float = true;
+  const OpList half_to_float = step_lists(half_eager).layers.front().list;
+  CHECK(find_op(half_to_float, "attn.softmax_in") == nullptr);
+  CHECK(find_op(half_to_float, "attn.softmax")->grad_dtype == Dt::Model);
   // LoRA on q and v: adapters on those two only, no trained base weight
   LayerSetup qv = base;
   qv.full = false;
@@ -266,16 +266,8 @@ TEST_CASE("the trace frees only what it allocated, and everything but the weight
 
 namespace {
 
-bool lookup(const std::string& id, nlohmann::json& c) { return bundled_config(id, c); }
-
-/// The request of a measured record, as the estimator reads it (the validator's own fields dropped).
-Request request_of(const Record& r) {
-  nlohmann::json req = r.request;
-  for (const char* k : {"steps", "measure"}) req.erase(k);
-  req["model"].erase("source");
-  req["model"].erase("config_inline");
-  return parse_request(req, &lookup);
-}
+/// The request of a measured record, as the estimator reads it.
+Request request_of(const Record& r) { return estimator_request(r.request); }
 
 /// The suite's cases the lists cover, with their setups: cpu-suite-full.jsonl and the families
 /// measured apart (gpt-oss, Llama 4 text; Gemma3, SmolLM3, OLMo-2).
@@ -563,18 +555,14 @@ TEST_CASE("[.sched-parts] components at the peak, schedule vs engine vs measured
   std::printf("| record | covered | engine: a group off by > 2 %% of the peak | schedule: the same |\n|---|---:|---:|---:|\n");
   for (const char* f : {"cpu-suite-full.jsonl", "cpu-suite-generated.jsonl", "cpu-suite-families.jsonl",
                         "cpu-suite-frameworks.jsonl", "cpu-tiny-subset.jsonl", "cpu-traces.jsonl", "cpu-check.jsonl"}) {
-    std::ifstream in(std::string(MEMFIT_DATA_DIR) + "/measurements/" + f);
-    std::string line;
     int covered = 0, engine_off = 0, schedule_off = 0;
-    while (std::getline(in, line)) {
-      if (line.empty() || line[0] == '#') continue;
-      const auto j = nlohmann::json::parse(line);
-      if (!j.contains("measured")) continue;
-      const Record r{j["name"], j["request"], j["measured"]["peak_allocated_bytes"].get<u64>(), {}};
+    for (const RecordLine& l : record_lines(f)) {
+      if (l.measured.is_null()) continue;
+      const Record r{l.name, l.request, l.measured["peak_allocated_bytes"].get<u64>(), {}};
       const Request q = request_of(r);
       if (!step_setup(q)) continue;
       ++covered;
-      const auto m = measured_groups(j["measured"]);
+      const auto m = measured_groups(l.measured);
       auto off = [&](const Estimate& e) {
         const auto g = estimate_groups(e);
         for (size_t i = 0; i < 4; ++i)

@@ -103,245 +103,421 @@ u64 mlp_block_grads(const Request& r, const LayerGroup& g, const TrainableLinear
   return scale(grads, block_t, total_t);
 }
 
-std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
-                                     const RankStates& rs) {
-  const Request ar = activation_view(r, l.mixed);
-  const ModelSpec& m = r.model;
-  const u64 b = r.micro_batch_size;
-  const u64 seq = r.sequence_length / l.cp;
-  const u64 tokens = mul(b, seq);
-  const bool gc = r.gradient_checkpointing;
-  const bool accumulate = r.gradient_accumulation_steps > 1;
+/// One training step as its moments read it: the request (and the request as the activations
+/// see it), the model states, the layout, and this rank's role and states, with the sizes every
+/// moment uses.
+struct StepInputs {
+  const Request& r;
+  Request ar;  ///< activation_view(r, l.mixed)
+  const ModelSpec& m;
+  const ModelStates& s;
+  const Layout& l;
+  const RankRole& role;
+  const RankStates& rs;
+  u64 b = 0;                     ///< micro-batch size
+  u64 seq = 0;                   ///< sequence length per rank (context parallelism splits it)
+  u64 tokens = 0;                ///< b x seq
+  bool gc = false;               ///< gradient checkpointing
+  bool accumulate = false;       ///< gradients accumulate over micro-batches
+  bool grads_unsharded = false;  ///< see step_inputs
+  u64 in_flight = 0;             ///< micro-batches whose activations are alive at once (RankRole)
+  u64 total_t = 1;               ///< the rank's trainable parameters (at least 1): gradient shares divide by it
+};
+
+StepInputs step_inputs(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
+                       const RankStates& rs) {
+  StepInputs st{.r = r, .ar = activation_view(r, l.mixed), .m = r.model, .s = s, .l = l, .role = role, .rs = rs};
+  st.b = r.micro_batch_size;
+  st.seq = r.sequence_length / l.cp;
+  st.tokens = mul(st.b, st.seq);
+  st.gc = r.gradient_checkpointing;
+  st.accumulate = r.gradient_accumulation_steps > 1;
   // rank_states already holds whole (unsharded) gradients under no_sync accumulation
-  const bool grads_unsharded = accumulate && r.parallelism.unsharded_grad_accumulation;
-  const u64 in_flight = role.in_flight;
+  st.grads_unsharded = st.accumulate && r.parallelism.unsharded_grad_accumulation;
+  st.in_flight = role.in_flight;
+  st.total_t = std::max<u64>(1, rs.trainable);
+  return st;
+}
 
-  const u64 shared = role.embedding || role.head ? shared_forward_bytes(m, ar, b, seq) : 0;
-  // After the model's forward: without checkpointing eager attention's 4-D mask is gone (the
-  // score add keeps nothing; measured, peak dump of tuning case
-  // gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: no [2, 1, 512, 512] alive at the
-  // loss backward); checkpointing keeps it as an input of each checkpointed layer.
-  const u64 shared_after = gc || !(role.embedding || role.head) ? shared : sub_floor(shared, eager_mask_bytes(m, ar, b, seq));
-  // With several 4-D masks (full + sliding), each lives while a checkpointed layer using it has
-  // yet to run its backward: in the bottom layer's backward only that layer's kind is left
-  // (Gemma-2: layer 0 is sliding, the full mask goes with layer 1's backward).
-  const u64 masks_kept = gc && (role.embedding || role.head) ? eager_mask_bytes(m, ar, b, seq) : 0;
-  const u64 masks_gone_at_bottom = masks_kept - masks_kept / eager_mask_count(m);
-  HeadActivations head = role.head ? shard_head(head_activations(m, ar, r.task == Task::Full, tokens), l) : HeadActivations{};
+/// A run of identical layers (one LayerGroup on this rank) as the backward through it reads it:
+/// bytes per layer, this rank's share, the in-flight micro-batches included where they count.
+struct LayerRun {
+  u64 count;          ///< layers in the run
+  u64 kept;           ///< kept for backward (checkpointing: the layer's input and what contexts hold)
+  u64 full_saved;     ///< checkpointing: what the recomputed forward saves (LayerActivations::recomputed)
+  u64 mlp_bwd_t;      ///< extra live at the MLP block's worst backward moment
+  u64 attn_bwd_t;     ///< extra live at the attention block's worst backward moment, before attn_released
+  u64 attn_released;  ///< the layer's saved tensors already released at that moment
+  u64 grad;           ///< the layer's share of the rank's gradients
+  u64 casts;          ///< autocast weight casts kept for backward (none under checkpointing)
+  u64 fwd_t;          ///< extra live at the worst moment of the recomputed forward
+  u64 in_grad;        ///< the incoming gradient while the recomputation runs (the checkpointed input's size)
+  u64 held;           ///< gradients the first backward nodes hold while the recomputation runs
+  u64 down_grad;      ///< gradients alive at the MLP's worst moments (layer_grads)
+  u64 late_grad;      ///< gradients alive at the attention's worst backward moment (layer_grads)
+  u64 new_grads;      ///< with gradients kept: the new, not yet accumulated, gradient (new_weight_grads)
+  u64 mlp_at_down;    ///< extra live at the down projection's node
+  u64 moe_wgrad;      ///< trained fused experts: extra live at gate_up's weight gradient
+  u64 moe_down_grad;  ///< ... and the down stack's gradient then
+  u64 shared_bwd;     ///< a shared expert whose backward runs last: extra live at it
+  u64 shared_grad;    ///< ... and the gradients made by then
+  u64 norm_bwd;       ///< a sequential block's second RMSNorm: extra live at its backward
+  u64 norm_grad;      ///< ... and the MLP block's gradients then (mlp_block_grads)
+};
 
-  struct Run {
-    u64 count, kept, full_saved, bwd_t, mlp_bwd_t, attn_bwd_t, attn_released, grad, casts, fwd_t, in_grad, held, down_grad, late_grad, new_grads, mlp_at_down,
-        moe_wgrad, moe_down_grad, shared_bwd, shared_grad, norm_bwd, norm_grad;
-  };
-  std::vector<Run> runs;
-  u64 A = 0, casts_total = 0, fwd_t_max = 0;
+/// The layers' forward, summed over the runs: what the step's moments read of them.
+struct LayerTotals {
+  std::vector<LayerRun> runs;
+  u64 kept = 0;         ///< activations every layer keeps for backward (all runs)
+  u64 casts_total = 0;  ///< autocast weight casts the layers keep for backward
+  u64 fwd_t_max = 0;    ///< the largest extra live in one layer's forward
   u64 ctx_graph = 0;  // what quantized Linears' autograd contexts hold (plain ctx attributes), all layers
-  u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
   u64 second_layer_moment = 0;  // the second layer's attention beside the first's unsaved probabilities (below)
-  const u64 total_t = std::max<u64>(1, rs.trainable);
-  for (size_t i = 0; i < m.groups.size(); ++i) {
-    const u64 count = role.layers[i];
-    if (count == 0) continue;
-    LayerActivations la = shard_layer(layer_activations(m, m.groups[i], ar, s.linears[i], tokens, seq), l);
-    if (m.groups[i].frozen) {
-      // frozen bottom layers: nothing below the first trained layer needs a gradient, so
-      // autograd keeps nothing; their forward is a no-grad forward
-      la.forward_transient = la.recompute_transient = la.inference_transient;
-      la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
-      la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
-      la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = la.shared_expert_backward = 0;
-      la.mlp_norm_backward = 0;
+};
+
+/// Layer group i's activations, this rank's share.
+LayerActivations rank_layer_activations(const StepInputs& st, size_t i) {
+  const ModelSpec& m = st.m;
+  LayerActivations la = shard_layer(layer_activations(m, m.groups[i], st.ar, st.s.linears[i], st.tokens, st.seq), st.l);
+  if (m.groups[i].frozen) {
+    // frozen bottom layers: nothing below the first trained layer needs a gradient, so
+    // autograd keeps nothing; their forward is a no-grad forward
+    la.forward_transient = la.recompute_transient = la.inference_transient;
+    la.saved = la.checkpoint_saved = la.checkpoint_ctx_held = la.recomputed = la.backward_transient = 0;
+    la.mlp_backward_transient = la.mlp_backward_at_down = la.attention_backward_transient = la.moe_backward_start = 0;
+    la.attention_backward_gross = la.attention_released = la.moe_weight_grad_moment = la.shared_expert_backward = 0;
+    la.mlp_norm_backward = 0;
+  }
+  return la;
+}
+
+/// Weight gradients of layer group i alive at its worst backward moments (bytes, this rank).
+struct LayerGrads {
+  u64 down_grad = 0, late_grad = 0, moe_down_grad = 0, shared_grad = 0;
+};
+
+/// Layer group i's LoRA adapters on down_proj: their gradients, this rank's share.
+u64 lora_down_grad(const StepInputs& st, size_t i) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
+  // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
+  // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
+  // layer 0's fc2 lora_A [64, 1024] and lora_B [256, 64] gradients at the add)
+  if (r.task != Task::Full && !m.groups[i].moe && !m.groups[i].frozen && r.lora.rank > 0 &&
+      (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp)) {
+    u64 adapter_t = 0;
+    const std::vector<Linear>& lins = m.groups[i].linears;
+    for (size_t j = 0; j < lins.size() && j < st.s.linears[i].saves_input.size(); ++j)
+      if (lins[j].input == LinearInput::MlpHidden && !lins[j].routed && st.s.linears[i].saves_input[j])
+        adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
+    return scale(st.rs.grads, adapter_t, st.total_t);
+  }
+  return 0;
+}
+
+/// The weight gradients that layer group i's backward has made by its MLP's and its attention's
+/// worst moments (gradients appearing layer by layer).
+LayerGrads layer_grads(const StepInputs& st, size_t i, const LayerActivations& la) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  const RankStates& rs = st.rs;
+  const u64 total_t = st.total_t;
+  // the trained down_proj's gradient (dense layers, replicated or DDP gradients). Gemma2/3 put
+  // a post-feedforward RMSNorm after down_proj: their worst backward moment is that norm's fp32
+  // backward, before down_proj's node runs (measured, peakdump gemma2/full/bf16/gc/eager: the
+  // peak at post_feedforward_layernorm's backward, no gradient of the layer yet)
+  const bool post_ff_norm = detail::family_activations(m).post_norms;
+  // FSDP2 (not torchtune's per-module units): the unit's gradients accumulate unsharded on its
+  // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
+  // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
+  // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
+  const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
+  // At the attention block's worst backward moment (eager: softmax's backward) the nodes after
+  // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
+  // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
+  // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
+  LayerGrads g;
+  g.down_grad = g.late_grad = lora_down_grad(st, i);
+  const bool moe = m.groups[i].moe;
+  if (r.task == Task::Full && !m.groups[i].frozen &&
+      (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
+    u64 down_t = 0, late_t = 0, routed_down_t = 0;
+    for (const Linear& lin : m.groups[i].linears) {
+      if (lin.routed && !moe) continue;
+      if (lin.routed && lin.input == LinearInput::MlpHidden) routed_down_t = add(routed_down_t, lin.params());
+      if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
+      if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
+        late_t = add(late_t, lin.params());
     }
-    const u64 kept = mul(in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
-    const u64 casts = gc ? 0 : mul(in_flight, div_ceil(s.groups[i].casts, l.tp));
-    // this layer's share of the rank's gradients
-    const u64 layer_t = add(div_ceil(s.groups[i].t_split, l.tp), s.groups[i].t_repl);
-    const u64 grad = scale(rs.grads, layer_t, total_t);
-    // the trained down_proj's gradient (dense layers, replicated or DDP gradients). Gemma2/3 put
-    // a post-feedforward RMSNorm after down_proj: their worst backward moment is that norm's fp32
-    // backward, before down_proj's node runs (measured, peakdump gemma2/full/bf16/gc/eager: the
-    // peak at post_feedforward_layernorm's backward, no gradient of the layer yet)
-    const bool post_ff_norm = detail::family_activations(m).post_norms;
-    // FSDP2 (not torchtune's per-module units): the unit's gradients accumulate unsharded on its
-    // unsharded parameters until the unit's post-backward reduce-scatter, so down_proj's gradient
-    // is whole at the MLP backward (measured, fsdpdump llama/full/bf16/gc/sdpa/fsdp_full_shardx2
-    // rank 0: mm.default [128, 512] bf16 = 131,072 B alive at the peak in layers.0's MLP backward).
-    const bool fsdp2_units = (l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp) && r.runtime.framework != Framework::Torchtune;
-    // At the attention block's worst backward moment (eager: softmax's backward) the nodes after
-    // it have run: the gradients of o_proj and of every MLP Linear exist (measured, peak dump of
-    // tuning case phi3/h256-L2-V2048/full/fp32/nogc/eager/b1s256/adamw_fused: gate_up_proj's,
-    // down_proj's and o_proj's fp32 gradients alive at _softmax_backward_data).
-    u64 down_grad = 0, late_grad = 0, moe_down_grad = 0, shared_grad = 0;
-    // LoRA on down_proj: its adapter's lora_A and lora_B gradients are made by the nodes before
-    // the MLP's worst moment (the sum of the base and adapter input gradients) and stay as .grad
-    // (measured, peak dump of tuning case biogpt/h256-L3-V2048/lora-r64-mlp/fp32/gc/eager/b4s48/sgd_momentum:
-    // layer 0's fc2 lora_A [64, 1024] and lora_B [256, 64] gradients at the add)
-    if (r.task != Task::Full && !m.groups[i].moe && !m.groups[i].frozen && r.lora.rank > 0 &&
-        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp)) {
-      u64 adapter_t = 0;
-      const std::vector<Linear>& lins = m.groups[i].linears;
-      for (size_t j = 0; j < lins.size() && j < s.linears[i].saves_input.size(); ++j)
-        if (lins[j].input == LinearInput::MlpHidden && !lins[j].routed && s.linears[i].saves_input[j])
-          adapter_t = add(adapter_t, mul(r.lora.rank, add(lins[j].in, lins[j].out)));
-      down_grad = late_grad = scale(rs.grads, adapter_t, total_t);
+    const u64 grads_base = fsdp2_units && !st.grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
+    if (!post_ff_norm && !moe) g.down_grad = scale(grads_base, down_t, total_t);
+    // trained fused experts: the down stack's gradient at gate_up's weight-gradient moment
+    if (moe) g.moe_down_grad = scale(grads_base, routed_down_t, total_t);
+    // a shared expert whose backward runs last (activations.cpp shared_expert_backward): by then
+    // the routed stacks, the router, the shared gate and the shared down_proj have their gradients
+    if (moe && la.shared_expert_backward > 0) {
+      u64 before_t = 0;
+      for (const Linear& lin : m.groups[i].linears)
+        if (lin.routed || lin.input == LinearInput::MlpHidden || lin.name == "gate" || lin.name == "shared_expert_gate")
+          before_t = add(before_t, lin.params());
+      g.shared_grad = scale(grads_base, before_t, total_t);
     }
-    const bool moe = m.groups[i].moe;
-    if (r.task == Task::Full && !m.groups[i].frozen &&
-        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp || fsdp2_units)) {
-      u64 down_t = 0, late_t = 0, routed_down_t = 0;
-      for (const Linear& lin : m.groups[i].linears) {
-        if (lin.routed && !moe) continue;
-        if (lin.routed && lin.input == LinearInput::MlpHidden) routed_down_t = add(routed_down_t, lin.params());
-        if (lin.input == LinearInput::MlpHidden) down_t = add(down_t, lin.params());
-        if (lin.input == LinearInput::MlpHidden || lin.input == LinearInput::MlpIn || lin.input == LinearInput::AttnOut)
-          late_t = add(late_t, lin.params());
-      }
-      const u64 grads_base = fsdp2_units && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads;
-      if (!post_ff_norm && !moe) down_grad = scale(grads_base, down_t, total_t);
-      // trained fused experts: the down stack's gradient at gate_up's weight-gradient moment
-      if (moe) moe_down_grad = scale(grads_base, routed_down_t, total_t);
-      // a shared expert whose backward runs last (activations.cpp shared_expert_backward): by then
-      // the routed stacks, the router, the shared gate and the shared down_proj have their gradients
-      if (moe && la.shared_expert_backward > 0) {
-        u64 before_t = 0;
-        for (const Linear& lin : m.groups[i].linears)
-          if (lin.routed || lin.input == LinearInput::MlpHidden || lin.name == "gate" || lin.name == "shared_expert_gate")
-            before_t = add(before_t, lin.params());
-        shared_grad = scale(grads_base, before_t, total_t);
-      }
-      // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
-      // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
-      // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
-      // gate, up, down and o_proj's; CPU SDPA's math path alike, biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw:
-      // fc1, fc2 and out_proj's at the PV bmm's backward). (Fused kernels keep down_proj's gradient
-      // only, as before.)
-      // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
-      // (see head_t).
-      // MoE blocks (eager): the fused expert stacks' and the router's gradients too, made by the
-      // block's backward before the attention's (measured, peak dump of tuning case
-      // mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd: layer 0's [4, 2688, 384] and
-      // [4, 384, 1344] bf16 _grouped_mm gradients, the router's and o_proj's at
-      // _softmax_backward_data). Their MLP moments keep the earlier bound (no down_grad).
-      late_grad = la.attention_backward_unfused ? scale(grads_base, late_t, total_t) : down_grad;
-    }
-    // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
-    // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
-    // while its node makes its input and weight gradients; by the activation's backward it is
-    // accumulated (measured, peak dumps of tuning cases
-    // qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2: down_proj's bf16 [336, 1824] mm next
-    // to dm, the other [V, h] being the tied head's (below);
-    // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: fc2's fp32 [512, 2048] mm
-    // next to dm; bloom/h256-L2-V1024/full/fp32/nogc/eager/b1s96/adamw_fused/gas2: none at
-    // bloom_gelu's backward). MoE layers keep the earlier bound, two of the largest.
-    // LoRA: an adapter's weight gradient is accumulated (AccumulateGrad runs first) before the
-    // base and adapter input gradients are summed, the MLP's worst moment: none is alive then
-    // (measured, peak dump of tuning case codegen/h512-L2-V1024/lora-r64-mlp/fp32/gc/eager/b4s96/sgd/gas2:
-    // only the accumulated .grad next to three fp32 [384, 2048] at the add)
-    u64 largest = 0;
-    for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
-    u64 down_w = 0;
+    // The same in a checkpointed layer's recomputed backward (measured, peak dumps of tuning
+    // cases gptj/h256-L2-V1024/full/amp_bf16/gc/eager/b1s512/adamw: layer 0's fc_in, fc_out and
+    // out_proj gradients at _softmax_backward_data; gemma2/h128-L2-V2048/full/fp32/gc/eager/b1s1024/sgd:
+    // gate, up, down and o_proj's; CPU SDPA's math path alike, biogpt/h128-L3-V1024/full/fp32/gc/sdpa/b2s512/adamw:
+    // fc1, fc2 and out_proj's at the PV bmm's backward). (Fused kernels keep down_proj's gradient
+    // only, as before.)
+    // One-shape gpt_bigcode gc eager overshot with it because of the position table's gradient
+    // (see head_t).
+    // MoE blocks (eager): the fused expert stacks' and the router's gradients too, made by the
+    // block's backward before the attention's (measured, peak dump of tuning case
+    // mixtral/h384-L2-V4096/full/bf16/gc/eager/b2s128/sgd: layer 0's [4, 2688, 384] and
+    // [4, 384, 1344] bf16 _grouped_mm gradients, the router's and o_proj's at
+    // _softmax_backward_data). Their MLP moments keep the earlier bound (no down_grad).
+    g.late_grad = la.attention_backward_unfused ? scale(grads_base, late_t, total_t) : g.down_grad;
+  }
+  return g;
+}
+
+/// With gradients kept: the new weight gradient alive beside the accumulated .grad at layer group
+/// i's MLP moments (at most the layer's share `grad`).
+u64 new_weight_grads(const StepInputs& st, size_t i, u64 grad) {
+  const ModelSpec& m = st.m;
+  // With gradients kept (accumulation), AccumulateGrad adds each new weight gradient into .grad
+  // as soon as it is made: at the MLP's worst moments one new gradient is alive, down_proj's,
+  // while its node makes its input and weight gradients; by the activation's backward it is
+  // accumulated (measured, peak dumps of tuning cases
+  // qwen2/h384-L3-V2048/full/bf16/gc/sdpa/b1s128/sgd/gas2: down_proj's bf16 [336, 1824] mm next
+  // to dm, the other [V, h] being the tied head's (below);
+  // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: fc2's fp32 [512, 2048] mm
+  // next to dm; bloom/h256-L2-V1024/full/fp32/nogc/eager/b1s96/adamw_fused/gas2: none at
+  // bloom_gelu's backward). MoE layers keep the earlier bound, two of the largest.
+  // LoRA: an adapter's weight gradient is accumulated (AccumulateGrad runs first) before the
+  // base and adapter input gradients are summed, the MLP's worst moment: none is alive then
+  // (measured, peak dump of tuning case codegen/h512-L2-V1024/lora-r64-mlp/fp32/gc/eager/b4s96/sgd/gas2:
+  // only the accumulated .grad next to three fp32 [384, 2048] at the add)
+  u64 largest = 0;
+  for (const Linear& lin : m.groups[i].linears) largest = std::max(largest, lin.weight_params() / std::max<u64>(1, lin.copies));
+  u64 down_w = 0;
+  for (const Linear& lin : m.groups[i].linears)
+    if (lin.input == LinearInput::MlpHidden && !lin.routed) down_w = std::max(down_w, lin.weight_params());
+  const u64 new_t = !m.groups[i].moe && down_w > 0 ? down_w : mul(2, largest);
+  // (Also under LoRA in MoE layers: tuning cases deepseek_v3/h512-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2
+  // and qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2 are within 0.4 %
+  // with no new adapter gradient, closer than with the two largest adapter matrices.)
+  return st.r.task == Task::Full ? std::min(grad, scale(st.rs.grads, div_ceil(new_t, st.l.tp), st.total_t)) : 0;
+}
+
+/// Layer group i as a run of `count` identical layers.
+LayerRun layer_run(const StepInputs& st, size_t i, u64 count, const LayerActivations& la) {
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const Layout& l = st.l;
+  const bool gc = st.gc;
+  const u64 kept = mul(st.in_flight, gc ? add(la.checkpoint_saved, la.checkpoint_ctx_held) : la.saved);
+  const u64 casts = gc ? 0 : mul(st.in_flight, div_ceil(s.groups[i].casts, l.tp));
+  // this layer's share of the rank's gradients
+  const u64 layer_t = add(div_ceil(s.groups[i].t_split, l.tp), s.groups[i].t_repl);
+  const u64 grad = scale(st.rs.grads, layer_t, st.total_t);
+  const LayerGrads g = layer_grads(st, i, la);
+  // Checkpointing under autocast: the recomputed forward casts the layer's weights again (the
+  // forward's cast cache is gone by then) and its matmuls keep the half copies until their own
+  // backward. At an MoE block's first backward nodes (the weighted slot sum, the gathers) no
+  // Linear of the layer has run its backward, so every cast is alive and no weight gradient
+  // exists yet (measured, peak dump of tuning case
+  // qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum at index_put: bf16 copies
+  // of q, k, v, o, the router and the shared expert's gate, up and down, no half gradient).
+  // (Dense layers' worst moments come later in their backward: adding the casts there overshoots
+  // tuning cases that matched without them, e.g. qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor,
+  // so they are left out there.)
+  u64 mlp_bwd_t = la.mlp_backward_transient, mlp_at_down = la.mlp_backward_at_down;
+  if (gc && m.groups[i].moe && s.groups[i].casts > 0) {
+    const u64 start = add(la.moe_backward_start, div_ceil(s.groups[i].casts, l.tp));
+    mlp_bwd_t = std::max(mlp_bwd_t, start);
+    mlp_at_down = std::max(mlp_at_down, start);
+  }
+  return {count, kept, la.recomputed, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
+          la.recompute_transient, la.checkpoint_saved, la.recompute_held, g.down_grad, g.late_grad,
+          new_weight_grads(st, i, grad), mlp_at_down, la.moe_weight_grad_moment, g.moe_down_grad,
+          la.shared_expert_backward, g.shared_grad, la.mlp_norm_backward,
+          mlp_block_grads(st.r, m.groups[i], s.linears[i], st.rs.grads, st.total_t)};
+}
+
+/// The first layer under LoRA without checkpointing (layer group i, `kept` per layer): what it
+/// does not keep, taken off t.kept; its unsaved casts (returned) and the second layer's moment.
+u64 first_lora_layer(const StepInputs& st, size_t i, const LayerActivations& la, u64 kept, LayerTotals& t) {
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const u64 in_flight = st.in_flight;
+  u64& all_kept = t.kept;
+  u64 first_unsaved_casts = 0;
+  all_kept = sub_floor(all_kept, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
+  // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
+  // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
+  // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
+  if (s.groups[i].casts > 0) {
+    u64 unsaved = 0;
     for (const Linear& lin : m.groups[i].linears)
-      if (lin.input == LinearInput::MlpHidden && !lin.routed) down_w = std::max(down_w, lin.weight_params());
-    const u64 new_t = !m.groups[i].moe && down_w > 0 ? down_w : mul(2, largest);
-    // (Also under LoRA in MoE layers: tuning cases deepseek_v3/h512-L2-V1024/lora-r16-all/bf16/nogc/sdpa/b1s48/adamw/gas2
-    // and qwen2_moe/h512-L2-V1024/lora-r16-all/bf16/nogc/eager/b1s32/adafactor/gas2 are within 0.4 %
-    // with no new adapter gradient, closer than with the two largest adapter matrices.)
-    const u64 new_grads = r.task == Task::Full ? std::min(grad, scale(rs.grads, div_ceil(new_t, l.tp), total_t)) : 0;
-    // Checkpointing under autocast: the recomputed forward casts the layer's weights again (the
-    // forward's cast cache is gone by then) and its matmuls keep the half copies until their own
-    // backward. At an MoE block's first backward nodes (the weighted slot sum, the gathers) no
-    // Linear of the layer has run its backward, so every cast is alive and no weight gradient
-    // exists yet (measured, peak dump of tuning case
-    // qwen2_moe/h256-L4-V4096/full/amp_bf16/gc/sdpa/b3s256/sgd_momentum at index_put: bf16 copies
-    // of q, k, v, o, the router and the shared expert's gate, up and down, no half gradient).
-    // (Dense layers' worst moments come later in their backward: adding the casts there overshoots
-    // tuning cases that matched without them, e.g. qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor,
-    // so they are left out there.)
-    u64 mlp_bwd_t = la.mlp_backward_transient, mlp_at_down = la.mlp_backward_at_down;
-    if (gc && m.groups[i].moe && s.groups[i].casts > 0) {
-      const u64 start = add(la.moe_backward_start, div_ceil(s.groups[i].casts, l.tp));
-      mlp_bwd_t = std::max(mlp_bwd_t, start);
-      mlp_at_down = std::max(mlp_at_down, start);
-    }
-    runs.push_back({count, kept, la.recomputed, la.backward_transient, mlp_bwd_t, la.attention_backward_gross, la.attention_released, grad, casts,
-                    la.recompute_transient, la.checkpoint_saved, la.recompute_held, down_grad, late_grad, new_grads, mlp_at_down,
-                    la.moe_weight_grad_moment, moe_down_grad, la.shared_expert_backward, shared_grad, la.mlp_norm_backward,
-                    mlp_block_grads(r, m.groups[i], s.linears[i], rs.grads, total_t)});
-    A = add(A, mul(count, kept));
-    ctx_graph = add(ctx_graph, mul(count, mul(in_flight, la.checkpoint_ctx_held)));
+      if (lin.input == LinearInput::AttnIn) unsaved = add(unsaved, mul(2, lin.weight_params()));
+    first_unsaved_casts = mul(in_flight, div_ceil(unsaved, st.l.tp));
+  }
+  // In a parallel block the MLP reads that norm's output too: with no adapter on the MLP its
+  // first-layer ops get no input needing a gradient and keep nothing (measured, tuning cases
+  // phi/h256-L4-V1024/lora-r8-attn/fp32/nogc/sdpa/b2s48/adamw_fused and
+  // gptj/h256-L3-V16384/lora-r16-attn/fp32/nogc/eager/b4s64/sgd: layer 0's gelu_new keeps none
+  // of its four [T, i] tensors)
+  bool mlp_adapted = false, attn_adapted = false;
+  for (size_t j = 0; j < m.groups[i].linears.size(); ++j) {
+    const LinearInput in = m.groups[i].linears[j].input;
+    const bool mlp = in == LinearInput::MlpIn || in == LinearInput::MlpHidden;
+    mlp_adapted = mlp_adapted || (mlp && s.linears[i].saves_input[j]);
+    attn_adapted = attn_adapted || (!mlp && s.linears[i].saves_input[j]);
+  }
+  // (NeoX's parallel residual reads the layer input through a second norm: the same holds,
+  // tuning case gpt_neox/h256-L3-V1024/lora-r32-attn/fp32/nogc/sdpa/b4s48/adamw_fused)
+  if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) all_kept = sub_floor(all_kept, mul(in_flight, la.mlp_saved));
+  // A sequential block with adapters on the MLP only: the first layer's attention and the
+  // norm after it see no input needing a gradient and keep nothing (measured, tuning cases
+  // biogpt/h256-L4-V4096/lora-r8-mlp/fp32/nogc/eager/b1s96/sgd,
+  // gemma2/h256-L4-V4096/lora-r8-mlp/bf16/nogc/eager/b3s96/sgd,
+  // stablelm/h64-L4-V2048/lora-r4-mlp/fp32/nogc/sdpa/b1s64/adamw)
+  if (!m.parallel_block && !attn_adapted && mlp_adapted)
+    all_kept = sub_floor(all_kept, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
+  // A parallel block with adapters on the MLP only: the first layer's attention keeps nothing;
+  // the norm output stays for the MLP's adapters (tuning case
+  // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
+  if (m.parallel_block && !attn_adapted && mlp_adapted)
+    all_kept = sub_floor(all_kept, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
+  // Its attention probabilities, saved by no one, still live through the next layer's forward
+  // where the model's loop keeps each block's return (tensor log of tuning case
+  // falcon/h128-L2-V2048/lora-r8-mlp/bf16/nogc/eager/b1s512/sgd: layer 0's [1, 16, 512, 512]
+  // _softmax dies at the end of layer 1's forward, beside layer 1's scores, masked scores and
+  // softmax). Forward moments are transients over every layer's saved tensors: at the second
+  // layer's attention the layers after it have saved none yet.
+  u64 layers = 0;
+  for (size_t j = i; j < m.groups.size(); ++j) layers = add(layers, st.role.layers[j]);
+  if (!attn_adapted && mlp_adapted && layers > 1)
+    t.second_layer_moment = sub_floor(add(la.forward_transient, la.returned_probs), mul(layers - 2, kept));
+  return first_unsaved_casts;
+}
+
+/// The layers' forward on this rank, run by run (bottom to top).
+LayerTotals layer_totals(const StepInputs& st) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const bool gc = st.gc;
+  LayerTotals t;
+  for (size_t i = 0; i < m.groups.size(); ++i) {
+    const u64 count = st.role.layers[i];
+    if (count == 0) continue;
+    const LayerActivations la = rank_layer_activations(st, i);
+    t.runs.push_back(layer_run(st, i, count, la));
+    const u64 kept = t.runs.back().kept, casts = t.runs.back().casts;
+    t.kept = add(t.kept, mul(count, kept));
+    t.ctx_graph = add(t.ctx_graph, mul(count, mul(st.in_flight, la.checkpoint_ctx_held)));
+    u64 first_unsaved_casts = 0;  // casts the first layer does not keep (LoRA, see below)
     // LoRA without checkpointing: the embedding output needs no gradient, so the first layer's
     // frozen first norm saves nothing (measured, gpt2/lora/fp32/nogc/eager: no ln_1 input, mean
     // or rstd of layer 0 alive at the loss backward; lora_A keeps ln_1's output). Nor do the
     // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
     // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
-    if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen) {
-      A = sub_floor(A, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
-      // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
-      // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
-      // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
-      if (s.groups[i].casts > 0) {
-        u64 unsaved = 0;
-        for (const Linear& lin : m.groups[i].linears)
-          if (lin.input == LinearInput::AttnIn) unsaved = add(unsaved, mul(2, lin.weight_params()));
-        first_unsaved_casts = mul(in_flight, div_ceil(unsaved, l.tp));
-      }
-      // In a parallel block the MLP reads that norm's output too: with no adapter on the MLP its
-      // first-layer ops get no input needing a gradient and keep nothing (measured, tuning cases
-      // phi/h256-L4-V1024/lora-r8-attn/fp32/nogc/sdpa/b2s48/adamw_fused and
-      // gptj/h256-L3-V16384/lora-r16-attn/fp32/nogc/eager/b4s64/sgd: layer 0's gelu_new keeps none
-      // of its four [T, i] tensors)
-      bool mlp_adapted = false, attn_adapted = false;
-      for (size_t j = 0; j < m.groups[i].linears.size(); ++j) {
-        const LinearInput in = m.groups[i].linears[j].input;
-        const bool mlp = in == LinearInput::MlpIn || in == LinearInput::MlpHidden;
-        mlp_adapted = mlp_adapted || (mlp && s.linears[i].saves_input[j]);
-        attn_adapted = attn_adapted || (!mlp && s.linears[i].saves_input[j]);
-      }
-      // (NeoX's parallel residual reads the layer input through a second norm: the same holds,
-      // tuning case gpt_neox/h256-L3-V1024/lora-r32-attn/fp32/nogc/sdpa/b4s48/adamw_fused)
-      if ((m.parallel_block || m.parallel_two_norms) && !mlp_adapted) A = sub_floor(A, mul(in_flight, la.mlp_saved));
-      // A sequential block with adapters on the MLP only: the first layer's attention and the
-      // norm after it see no input needing a gradient and keep nothing (measured, tuning cases
-      // biogpt/h256-L4-V4096/lora-r8-mlp/fp32/nogc/eager/b1s96/sgd,
-      // gemma2/h256-L4-V4096/lora-r8-mlp/bf16/nogc/eager/b3s96/sgd,
-      // stablelm/h64-L4-V2048/lora-r4-mlp/fp32/nogc/sdpa/b1s64/adamw)
-      if (!m.parallel_block && !attn_adapted && mlp_adapted)
-        A = sub_floor(A, mul(in_flight, add(sub_floor(la.attn_saved, la.first_norm), la.mlp_norm)));
-      // A parallel block with adapters on the MLP only: the first layer's attention keeps nothing;
-      // the norm output stays for the MLP's adapters (tuning case
-      // codegen/h128-L3-V4096/lora-r32-mlp/fp32/nogc/eager/b3s96/sgd/gas2)
-      if (m.parallel_block && !attn_adapted && mlp_adapted)
-        A = sub_floor(A, mul(in_flight, sub_floor(la.attn_saved, add(la.first_norm, la.first_norm_slot))));
-      // Its attention probabilities, saved by no one, still live through the next layer's forward
-      // where the model's loop keeps each block's return (tensor log of tuning case
-      // falcon/h128-L2-V2048/lora-r8-mlp/bf16/nogc/eager/b1s512/sgd: layer 0's [1, 16, 512, 512]
-      // _softmax dies at the end of layer 1's forward, beside layer 1's scores, masked scores and
-      // softmax). Forward moments are transients over every layer's saved tensors: at the second
-      // layer's attention the layers after it have saved none yet.
-      u64 layers = 0;
-      for (size_t j = i; j < m.groups.size(); ++j) layers = add(layers, role.layers[j]);
-      if (!attn_adapted && mlp_adapted && layers > 1)
-        second_layer_moment = sub_floor(add(la.forward_transient, la.returned_probs), mul(layers - 2, kept));
-    }
-    casts_total = sub_floor(add(casts_total, mul(count, casts)), first_unsaved_casts);
-    first_unsaved_casts = 0;
+    if (st.role.embedding && t.runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen)
+      first_unsaved_casts = first_lora_layer(st, i, la, kept, t);
+    t.casts_total = sub_floor(add(t.casts_total, mul(count, casts)), first_unsaved_casts);
     // a checkpointed layer runs its forward without saving: a no-grad forward's live tensors
     const u64 ckpt_fwd_t = sub_floor(la.inference_transient, la.transient_inputs);
-    fwd_t_max = std::max(fwd_t_max, gc ? std::max(ckpt_fwd_t, la.forward_transient) : std::max(la.forward_transient, second_layer_moment));
+    t.fwd_t_max = std::max(t.fwd_t_max, gc ? std::max(ckpt_fwd_t, la.forward_transient) : std::max(la.forward_transient, t.second_layer_moment));
   }
+  return t;
+}
+
+/// What the step's moments read besides the inputs, computed once: the activations outside the
+/// layers, the layers' totals, the head, the weight casts, and the gradients and buffers that
+/// live through the step.
+struct StepTotals {
+  u64 shared = 0;                ///< activations outside the layers through the forward (shared_forward_bytes)
+  u64 shared_after = 0;          ///< ... after the model's forward
+  u64 masks_gone_at_bottom = 0;  ///< ... of which freed before the bottom layer's backward
+  LayerTotals layers;            ///< (activation offloading: layers.kept is what the device holds)
+  bool offloaded = false;        ///< activation offloading
+  u64 prev_graph_ctx = 0;        ///< what the previous step's graph still holds (previous_graph_contexts)
+  HeadActivations head;          ///< this rank's head (chunked loss: loss peaks per chunk)
+  u64 chunked_logits = 0;        ///< chunked loss: every chunk's logits in their dtype
+  u64 head_casts = 0;            ///< autocast's cast of the lm_head weight
+  u64 kept_logits = 0;           ///< logits the model output keeps through backward
+  u64 forward_casts = 0;         ///< autocast weight casts alive through the forward and the loss
+  bool grads_kept = false;       ///< gradients live through the whole step
+  u64 persistent_grads = 0;      ///< ... their bytes (0 when they are not kept)
+  bool fsdp = false;             ///< FSDP, any sharding strategy
+  u64 comm = 0;                  ///< communication buffers through forward and backward
+  u64 tied_head_t = 0;           ///< a tied head's trainable parameters (the token table's)
+  u64 head_t = 0;                ///< the head's trainable parameters on this rank
+  bool fsdp2_root = false;       ///< FSDP2's root unit holds the head: its gradients stay whole
+  u64 head_grad = 0;             ///< the head's gradient, this rank's share
+};
+
+/// The activations outside the layers (embedding output, masks, position tables): on the ranks
+/// with the embedding or the head.
+void shared_activations(const StepInputs& st, StepTotals& t) {
+  const RankRole& role = st.role;
+  const ModelSpec& m = st.m;
+  const Request& ar = st.ar;
+  const u64 b = st.b, seq = st.seq;
+  const bool gc = st.gc;
+  const u64 shared = role.embedding || role.head ? shared_forward_bytes(m, ar, b, seq) : 0;
+  t.shared = shared;
+  // After the model's forward: without checkpointing eager attention's 4-D mask is gone (the
+  // score add keeps nothing; measured, peak dump of tuning case
+  // gemma/h128-L3-V1024/lora-r8-qv/fp32/nogc/eager/b2s512/sgd: no [2, 1, 512, 512] alive at the
+  // loss backward); checkpointing keeps it as an input of each checkpointed layer.
+  t.shared_after = gc || !(role.embedding || role.head) ? shared : sub_floor(shared, eager_mask_bytes(m, ar, b, seq));
+  // With several 4-D masks (full + sliding), each lives while a checkpointed layer using it has
+  // yet to run its backward: in the bottom layer's backward only that layer's kind is left
+  // (Gemma-2: layer 0 is sliding, the full mask goes with layer 1's backward).
+  const u64 masks_kept = gc && (role.embedding || role.head) ? eager_mask_bytes(m, ar, b, seq) : 0;
+  t.masks_gone_at_bottom = masks_kept - masks_kept / eager_mask_count(m);
+}
+
+/// The layers' totals, then what activation offloading leaves on the device.
+void layer_activations_on_device(const StepInputs& st, StepTotals& t) {
+  t.layers = layer_totals(st);
   // Activation offloading (torchtune OffloadActivations): each layer's saved tensors move to
   // CPU memory after its forward and come back one layer ahead of its backward: the GPU holds
   // about two layers' worth.
   u64 max_kept = 0;
-  for (const Run& g : runs) max_kept = std::max(max_kept, g.kept);
-  const bool offloaded = r.runtime.activation_offloading;
-  if (offloaded) A = std::min(A, mul(2, max_kept));
+  for (const LayerRun& g : t.layers.runs) max_kept = std::max(max_kept, g.kept);
+  t.offloaded = st.r.runtime.activation_offloading;
+  if (t.offloaded) t.layers.kept = std::min(t.layers.kept, mul(2, max_kept));
+}
+
+/// What the autograd contexts of the previous step's graph still hold through this step's
+/// forward, loss and optimizer step (`ctx_graph`: the layers' contexts).
+u64 previous_graph_contexts(const Request& r, u64 ctx_graph) {
+  // A loop that keeps the model output (LitGPT's fit(): `logits`, `loss`) keeps the whole autograd
+  // graph of the step: backward frees what save_for_backward saved, but tensors a custom Function
+  // keeps as plain ctx attributes (bitsandbytes MatMul4Bit's ctx.tensors before 0.43.2) live as long
+  // as its node, i.e. through the optimizer step and the next step's forward and loss, until the
+  // loop rebinds `loss` (bitsandbytes #1270, released in 0.43.2, stopped keeping A: "the bug that
+  // caused a lot of memory issues with QLoRA"). Not when later steps are shorter than the first.
+  return r.runtime.drop_outputs_before_backward || r.runtime.later_steps_shorter ? 0 : ctx_graph;
+}
+
+/// The head's activations (chunked loss: per chunk), the chunks' logits and the lm_head cast.
+void head_totals(const StepInputs& st, StepTotals& t) {
+  const Request& r = st.r;
+  const RankRole& role = st.role;
+  HeadActivations& head = t.head;
+  head = role.head ? shard_head(head_activations(st.m, st.ar, r.task == Task::Full, st.tokens), st.l) : HeadActivations{};
   // Chunked cross-entropy (torchtune CEWithChunkedOutputLoss): the logits come as chunks, each
   // upcast to fp32 and reduced on its own; the fp32 log-softmax of every chunk is kept, but the
   // upcast copy and the backward's gradient buffers exist for one chunk at a time.
   // All chunks' logits in their dtype: held by the model output (eager loss) or saved by the
   // compiled loss, whose backward peak is one logits-sized gradient (activations.cpp).
-  const u64 chunked_logits = r.runtime.compile ? head.loss_backward_peak : head.held_logits;
+  t.chunked_logits = r.runtime.compile ? head.loss_backward_peak : head.held_logits;
   if (r.runtime.loss_chunks > 1 && role.head) {
     const u64 c = r.runtime.loss_chunks;
     head.loss_forward_peak = div_ceil(head.loss_forward_peak, c);
@@ -351,106 +527,160 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // for the input gradient, with or without checkpointing (measured, peak dump of tuning case
   // codegen/h256-L2-V16384/full/amp_bf16/gc/eager/b1s192/sgd: a bf16 [16384, 256] alive at the
   // loss backward).
-  const u64 head_casts = role.head ? div_ceil(s.head_casts, l.tp) : 0;
+  t.head_casts = role.head ? div_ceil(st.s.head_casts, st.l.tp) : 0;
+  t.kept_logits = r.runtime.drop_outputs_before_backward ? 0 : head.held_logits;
+}
+
+/// The weight casts through the forward, the gradients kept through the step and the
+/// communication buffers.
+void casts_grads_and_buffers(const StepInputs& st, StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const Layout& l = st.l;
+  const RankStates& rs = st.rs;
+  const bool gc = st.gc;
   // Under checkpointing autocast still caches the casts of trainable weights during forward.
   u64 cast_cache = 0;
   if (gc && r.task == Task::Full)
-    for (size_t i = 0; i < m.groups.size(); ++i) cast_cache = add(cast_cache, mul(role.layers[i], div_ceil(s.groups[i].casts, l.tp)));
-  const u64 forward_casts = add(gc ? cast_cache : casts_total, head_casts);
+    for (size_t i = 0; i < m.groups.size(); ++i) cast_cache = add(cast_cache, mul(st.role.layers[i], div_ceil(s.groups[i].casts, l.tp)));
+  t.forward_casts = add(gc ? cast_cache : t.layers.casts_total, t.head_casts);
   // Gradients live through the forward when they accumulate over micro-batches or are zeroed
   // rather than freed; stepping inside backward frees each one as soon as it is produced.
-  const bool grads_kept = (accumulate || !r.runtime.zero_grad_to_none) && !r.runtime.optimizer_in_backward;
-  const u64 persistent_grads = grads_kept ? rs.grads : 0;
+  t.grads_kept = (st.accumulate || !r.runtime.zero_grad_to_none) && !r.runtime.optimizer_in_backward;
+  t.persistent_grads = t.grads_kept ? rs.grads : 0;
   // FSDP's reduce-scatter buffers exist only once a unit's backward has finished (its unsharded
   // gradients flattened for the collective): not in forward, not while the first unit of the
   // backward computes (measured, FSDP2 on gloo: llama-tiny fsdp_full_shard peaks in the last
   // layer's backward with the root and two units unsharded and no reduce-scatter buffer). DDP's
   // buckets are allocated in the first iteration and live for good.
-  const bool fsdp = l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp ||
-                    l.method == ParallelMethod::FsdpHybrid;
-  const u64 comm = fsdp ? rs.gathered : add(rs.gathered, rs.buckets);
+  t.fsdp = l.method == ParallelMethod::FsdpFullShard || l.method == ParallelMethod::FsdpShardGradOp ||
+           l.method == ParallelMethod::FsdpHybrid;
+  t.comm = t.fsdp ? rs.gathered : add(rs.gathered, rs.buckets);
+}
 
-  auto base = [&](Moment& p) {
-    p.parts["weights"] = rs.weights;
-    p.parts["master_weights"] = rs.master;
-    p.parts["optimizer_states"] = rs.states;
-    p.parts["gradients"] = persistent_grads;
-    p.parts["communication_buffers"] = comm;
-  };
-  std::vector<Moment> out;
-  Moment fwd{"forward", {}};
-  base(fwd);
-  fwd.parts["activations"] = add(A, shared);
-  fwd.parts["autocast_weight_copies"] = forward_casts;
-  fwd.parts["temporary_buffers"] = fwd_t_max;
-  if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
-  // A loop that keeps the model output (LitGPT's fit(): `logits`, `loss`) keeps the whole autograd
-  // graph of the step: backward frees what save_for_backward saved, but tensors a custom Function
-  // keeps as plain ctx attributes (bitsandbytes MatMul4Bit's ctx.tensors before 0.43.2) live as long
-  // as its node, i.e. through the optimizer step and the next step's forward and loss, until the
-  // loop rebinds `loss` (bitsandbytes #1270, released in 0.43.2, stopped keeping A: "the bug that
-  // caused a lot of memory issues with QLoRA"). Not when later steps are shorter than the first.
-  const u64 prev_graph_ctx = r.runtime.drop_outputs_before_backward || r.runtime.later_steps_shorter ? 0 : ctx_graph;
-  fwd.parts["activations"] = add(fwd.parts["activations"], prev_graph_ctx);
-  out.push_back(fwd);
-  if (role.head) {
-    Moment loss{"loss", {}};
-    base(loss);
-    loss.parts["activations"] = add(add(A, shared_after), prev_graph_ctx);
-    loss.parts["autocast_weight_copies"] = forward_casts;
-    loss.parts["logits_loss"] = add(add(head.saved, head.held_logits), head.loss_forward_peak);
-    // FSDP2 without resharding after forward (SHARD_GRAD_OP): every unit is unsharded at the loss,
-    // plus the last layer's all-gather output held by comm_ctx.all_gather_state until the next
-    // all-gather (measured, llama/qwen3 fp32 fsdp_shard_grad_opx2: the peak at nll_loss_forward).
-    // FULL_SHARD really holds the root + that buffer at the loss (the layers are resharded); its
-    // `comm` (root + two units) overcounts the loss by one unit, left as is (the loss is not the
-    // peak of the measured FULL_SHARD runs: their backward, with the root's gradients whole, is).
-    if (fsdp && rs.gathered_root == 0) loss.parts["communication_buffers"] = add(comm, rs.gather_held);
-    out.push_back(loss);
-  }
-  // Backward at the head: loss gradients while every activation is still saved.
-  const u64 kept_logits = r.runtime.drop_outputs_before_backward ? 0 : head.held_logits;
+/// The head's trainable parameters and its weight gradient, this rank's share.
+void head_gradient(const StepInputs& st, StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const Layout& l = st.l;
+  const RankStates& rs = st.rs;
   // A tied head's weight gradient is the [V, h] token table's (waiting in autograd's input buffer
   // for the embedding's own); a learned position table gets its gradient only from the
   // embeddings' backward, after every layer (measured, peak dump of tuning case
   // gpt_bigcode/h256-L3-V1024/full/bf16/gc/sdpa/b2s128/sgd: the head's bf16 [1024, 256] mm alive
   // in layer 0's backward, no gradient of wpe [1024, 256]).
-  const u64 tied_head_t = s.tied_embeddings ? sub_floor(s.emb_t, m.position_params) : 0;
-  const u64 head_t = role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, div_ceil(tied_head_t, l.vocab_split()))) : 0;
+  t.tied_head_t = s.tied_embeddings ? sub_floor(s.emb_t, m.position_params) : 0;
+  t.head_t = st.role.head ? add(div_ceil(s.head_t_split, l.vocab_split()), add(s.head_t_repl, div_ceil(t.tied_head_t, l.vocab_split()))) : 0;
   // FSDP2 reduce-scatters the root unit's gradients only in the final callback: through the
   // layers' backward the tied embedding / head gradient is whole (measured, fsdpdump llama
   // fsdp_full_shardx2 rank 0: mm.default [1024, 128] + the final norm's sum.dim_IntList alive in
   // layers.0's backward; bf16 gc: 262,400 B).
-  const bool fsdp2_root = fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
-  const u64 head_grad = scale(fsdp2_root && !grads_unsharded ? mul(rs.grads, l.shard) : rs.grads, head_t, total_t);
-  if (role.head) {
-    Moment p{"backward", {}};
-    base(p);
-    // FULL_SHARD: at the loss backward only the root unit is unsharded (FSDP2 keeps the root
-    // after forward; each layer is all-gathered again by its pre-backward hook)
-    if (fsdp && rs.gathered_root > 0) p.parts["communication_buffers"] = rs.gathered_root;
-    p.parts["activations"] = add(A, shared_after);
-    p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
-    p.parts["logits_loss"] = add(add(head.saved, kept_logits), head.loss_backward_peak);
-    out.push_back(p);
-  }
+  t.fsdp2_root = t.fsdp && rs.gathered_root > 0 && r.runtime.framework != Framework::Torchtune;
+  t.head_grad = scale(t.fsdp2_root && !st.grads_unsharded ? mul(rs.grads, l.shard) : rs.grads, t.head_t, st.total_t);
+}
+
+StepTotals step_totals(const StepInputs& st) {
+  StepTotals t;
+  shared_activations(st, t);
+  layer_activations_on_device(st, t);
+  t.prev_graph_ctx = previous_graph_contexts(st.r, t.layers.ctx_graph);
+  head_totals(st, t);
+  casts_grads_and_buffers(st, t);
+  head_gradient(st, t);
+  return t;
+}
+
+/// A moment of the step with the states that live through it: weights, master weights,
+/// optimizer states, the kept gradients and the communication buffers.
+Moment with_states(const char* phase, const StepInputs& st, const StepTotals& t) {
+  Moment p{phase, {}};
+  p.parts["weights"] = st.rs.weights;
+  p.parts["master_weights"] = st.rs.master;
+  p.parts["optimizer_states"] = st.rs.states;
+  p.parts["gradients"] = t.persistent_grads;
+  p.parts["communication_buffers"] = t.comm;
+  return p;
+}
+
+/// Forward: every layer's saved activations and the largest transient of one layer.
+Moment forward_moment(const StepInputs& st, const StepTotals& t) {
+  const HeadActivations& head = t.head;
+  Moment fwd = with_states("forward", st, t);
+  fwd.parts["activations"] = add(t.layers.kept, t.shared);
+  fwd.parts["autocast_weight_copies"] = t.forward_casts;
+  fwd.parts["temporary_buffers"] = t.layers.fwd_t_max;
+  if (head.held_until_next_forward) fwd.parts["logits_loss"] = head.held_until_next_forward;  // the previous step's
+  fwd.parts["activations"] = add(fwd.parts["activations"], t.prev_graph_ctx);
+  return fwd;
+}
+
+/// The loss (the head's rank): the logits, their fp32 copy and the loss's forward peak.
+Moment loss_moment(const StepInputs& st, const StepTotals& t) {
+  const RankStates& rs = st.rs;
+  const HeadActivations& head = t.head;
+  Moment loss = with_states("loss", st, t);
+  loss.parts["activations"] = add(add(t.layers.kept, t.shared_after), t.prev_graph_ctx);
+  loss.parts["autocast_weight_copies"] = t.forward_casts;
+  loss.parts["logits_loss"] = add(add(head.saved, head.held_logits), head.loss_forward_peak);
+  // FSDP2 without resharding after forward (SHARD_GRAD_OP): every unit is unsharded at the loss,
+  // plus the last layer's all-gather output held by comm_ctx.all_gather_state until the next
+  // all-gather (measured, llama/qwen3 fp32 fsdp_shard_grad_opx2: the peak at nll_loss_forward).
+  // FULL_SHARD really holds the root + that buffer at the loss (the layers are resharded); its
+  // `comm` (root + two units) overcounts the loss by one unit, left as is (the loss is not the
+  // peak of the measured FULL_SHARD runs: their backward, with the root's gradients whole, is).
+  if (t.fsdp && rs.gathered_root == 0) loss.parts["communication_buffers"] = add(t.comm, rs.gather_held);
+  return loss;
+}
+
+/// The loss's backward (the head's rank).
+Moment loss_backward_moment(const StepInputs& st, const StepTotals& t) {
+  const RankStates& rs = st.rs;
+  const HeadActivations& head = t.head;
+  // Backward at the head: loss gradients while every activation is still saved.
+  Moment p = with_states("backward", st, t);
+  // FULL_SHARD: at the loss backward only the root unit is unsharded (FSDP2 keeps the root
+  // after forward; each layer is all-gathered again by its pre-backward hook)
+  if (t.fsdp && rs.gathered_root > 0) p.parts["communication_buffers"] = rs.gathered_root;
+  p.parts["activations"] = add(t.layers.kept, t.shared_after);
+  p.parts["autocast_weight_copies"] = add(t.layers.casts_total, t.head_casts);
+  p.parts["logits_loss"] = add(add(head.saved, t.kept_logits), head.loss_backward_peak);
+  return p;
+}
+
+/// The trained head's own backward node, after the loss's: its weight gradient beside the logits'
+/// gradient (a full fine-tune with an unchunked loss, one rank per model).
+std::optional<Moment> head_node_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  const HeadActivations& head = t.head;
+  const u64 tokens = st.tokens;
   // Then the head's own node: the loss has freed its log-softmax output; the logits' gradient
   // (in the logits' dtype), the head's input gradient and its new weight gradient are alive next
   // to every saved activation (measured, peak dump of tuning case
   // gptj/h512-L2-V4096/full/bf16/nogc/eager/b1s48/adamw_fused/gas2: lm_head's bf16 [4096, 512] mm
   // beside its kept .grad, at the bias gradient's sum). Unchunked eager loss, one rank per model.
-  if (role.head && r.task == Task::Full && head_t > 0 && head.held_logits > 0 && r.runtime.loss_chunks <= 1 &&
-      (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp) && !r.runtime.optimizer_in_backward) {
-    Moment p{"backward", {}};
-    base(p);
-    p.parts["gradients"] = add(persistent_grads, head_grad);
-    p.parts["activations"] = add(A, shared_after);
-    p.parts["autocast_weight_copies"] = add(casts_total, head_casts);
-    const u64 log_softmax_out = mul(tokens, 4, m.vocab);
-    p.parts["logits_loss"] = add(sub_floor(head.saved, log_softmax_out), add(kept_logits, head.held_logits));
-    p.parts["temporary_buffers"] = mul(tokens, dtypes_for(ar).compute, m.hidden);
-    out.push_back(p);
-  }
+  if (!(st.role.head && r.task == Task::Full && t.head_t > 0 && head.held_logits > 0 && r.runtime.loss_chunks <= 1 &&
+        (l.method == ParallelMethod::Single || l.method == ParallelMethod::Ddp) && !r.runtime.optimizer_in_backward))
+    return std::nullopt;
+  Moment p = with_states("backward", st, t);
+  p.parts["gradients"] = add(t.persistent_grads, t.head_grad);
+  p.parts["activations"] = add(t.layers.kept, t.shared_after);
+  p.parts["autocast_weight_copies"] = add(t.layers.casts_total, t.head_casts);
+  const u64 log_softmax_out = mul(tokens, 4, m.vocab);
+  p.parts["logits_loss"] = add(sub_floor(head.saved, log_softmax_out), add(t.kept_logits, head.held_logits));
+  p.parts["temporary_buffers"] = mul(tokens, dtypes_for(st.ar).compute, m.hidden);
+  return p;
+}
+
+/// Chunked cross-entropy's backward (the head's rank, more than one chunk).
+Moment chunked_loss_backward_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const Layout& l = st.l;
+  const u64 tokens = st.tokens, chunked_logits = t.chunked_logits;
   // Chunked cross-entropy (eager): the autograd engine runs every chunk's loss backward before
   // any chunk's output projection (the loss nodes are the newest), so the logits gradients of
   // all chunks wait in the logits dtype while the log-softmax outputs are already freed. A
@@ -462,77 +692,95 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // the loss's compute_cross_entropy, not the chunked output projection (training/_compile.py
   // compile_model / compile_loss), so the chunks' projections and their weight-gradient sum run
   // eager; what each compiled loss chunk saved (its logits) is freed by its own backward.
-  if (role.head && r.runtime.loss_chunks > 1) {
-    const u64 c = r.runtime.loss_chunks;
-    const u64 elem = chunked_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
-    const u64 wgrad = mul(div_ceil(m.vocab, l.vocab_split()), m.lm_head.in, elem);
-    const u64 queued = head_t > 0 ? add(scale(chunked_logits, c - 2, c), mul(3, wgrad))
+  const u64 c = r.runtime.loss_chunks;
+  const u64 elem = chunked_logits / std::max<u64>(1, mul(tokens, div_ceil(m.vocab, l.vocab_split())));
+  const u64 wgrad = mul(div_ceil(m.vocab, l.vocab_split()), m.lm_head.in, elem);
+  const u64 queued = t.head_t > 0 ? add(scale(chunked_logits, c - 2, c), mul(3, wgrad))
                                   : add(scale(chunked_logits, c - 1, c), div_ceil(mul(tokens, m.lm_head.in, elem), c));
-    const u64 freed = r.runtime.compile ? chunked_logits : scale(mul(tokens, 4, m.vocab), 1, l.vocab_split());
-    Moment q{"backward", {}};
-    base(q);
-    if (fsdp && rs.gathered_root > 0) q.parts["communication_buffers"] = rs.gathered_root;  // as at the head's backward above
-    q.parts["activations"] = add(A, shared_after);
-    q.parts["autocast_weight_copies"] = add(casts_total, head_casts);
-    q.parts["logits_loss"] = add(sub_floor(head.saved, freed), queued);
-    out.push_back(q);
-  }
+  const u64 freed = r.runtime.compile ? chunked_logits : scale(mul(tokens, 4, m.vocab), 1, l.vocab_split());
+  Moment q = with_states("backward", st, t);
+  if (t.fsdp && st.rs.gathered_root > 0) q.parts["communication_buffers"] = st.rs.gathered_root;  // as at the head's backward above
+  q.parts["activations"] = add(t.layers.kept, t.shared_after);
+  q.parts["autocast_weight_copies"] = add(t.layers.casts_total, t.head_casts);
+  q.parts["logits_loss"] = add(sub_floor(t.head.saved, freed), queued);
+  return q;
+}
+
+/// What one layer of run g has alive beyond the saved activations at its worst backward moment
+/// (`grads_grow`: gradients appear layer by layer).
+u64 layer_backward_temporaries(const LayerRun& g, bool grads_grow, bool gc) {
+  // Checkpointed layer: its recomputed forward (with the incoming gradient alive), then its
+  // backward over the recomputed tensors.
+  // Gradients appearing layer by layer: the layer's MLP backward moments come after
+  // down_proj's node has produced its weight (and bias) gradient (measured,
+  // bloom/full/fp32/nogc/eager: dense_4h_to_h's 262,656 B of gradient next to BloomGelu's
+  // backward temporaries).
+  // (the attention moment: its transients and gradients, less what the layer's MLP and the
+  // attention block's tail have released by then)
+  // (trained fused experts: also gate_up's weight-gradient moment, activations.cpp; with
+  // gradients kept the down stack's is accumulated by then)
+  // (the second norm's backward, activations.cpp mlp_norm_backward: by then the MLP block's
+  // weight gradients exist)
+  const u64 bwd_t = grads_grow ? std::max({add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released),
+                                           g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0,
+                                           g.shared_bwd > 0 ? add(g.shared_bwd, g.shared_grad) : 0,
+                                           g.norm_bwd > 0 ? add(g.norm_bwd, g.norm_grad) : 0})
+                               : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released),
+                                           g.moe_wgrad, g.shared_bwd, g.norm_bwd});
+  return gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
+}
+
+/// Backward through the layers, appended to `out`.
+void layers_backward(const StepInputs& st, const StepTotals& t, std::vector<Moment>& out) {
+  const Request& r = st.r;
+  const RankRole& role = st.role;
+  const RankStates& rs = st.rs;
+  const std::vector<LayerRun>& runs = t.layers.runs;
+  const bool grads_kept = t.grads_kept;
   // Backward through the layers, top to bottom: both ends of each run of identical layers.
   // gradients that appear layer by layer (not when they are kept all along or freed at once)
   const bool grads_grow = !grads_kept && !r.runtime.optimizer_in_backward;
-  u64 grads_done = grads_grow ? head_grad : 0;
+  u64 grads_done = grads_grow ? t.head_grad : 0;
   // With gradients kept, a tied head's new weight gradient still waits in autograd's input buffer
   // for the embedding's own (see the tied-embedding moment below), beside the kept .grad, through
   // every layer's backward (measured, peak dump of tuning case
   // biogpt/h512-L4-V4096/full/fp32/gc/sdpa/b2s128/sgd_momentum/gas2: an fp32 [4096, 512] mm next
   // to the accumulated [4096, 512] .grad in the last layer's MLP backward).
-  const u64 head_waiting = grads_kept && !grads_grow ? scale(rs.grads, div_ceil(tied_head_t, l.vocab_split()), total_t) : 0;
-  u64 remaining_A = A, remaining_casts = casts_total;
+  const u64 head_waiting = grads_kept && !grads_grow ? scale(rs.grads, div_ceil(t.tied_head_t, st.l.vocab_split()), st.total_t) : 0;
+  u64 remaining_kept = t.layers.kept, remaining_casts = t.layers.casts_total;
   for (size_t gi = runs.size(); gi-- > 0;) {
-    const Run& g = runs[gi];
+    const LayerRun& g = runs[gi];
     for (int end = 0; end < 2; ++end) {
       const u64 done = end == 0 ? 0 : g.count - 1;
-      Moment p{"backward", {}};
-      base(p);
-      p.parts["gradients"] = add(persistent_grads, add(grads_done, grads_grow ? mul(done, g.grad) : 0));
-      const u64 left = sub_floor(remaining_A, mul(done, g.kept));
+      Moment p = with_states("backward", st, t);
+      p.parts["gradients"] = add(t.persistent_grads, add(grads_done, grads_grow ? mul(done, g.grad) : 0));
+      const u64 left = sub_floor(remaining_kept, mul(done, g.kept));
       const bool bottom_layer = role.embedding && gi == 0 && done + 1 == g.count;
-      p.parts["activations"] = add(offloaded ? std::min(left, mul(2, g.kept)) : left, sub_floor(shared_after, bottom_layer ? masks_gone_at_bottom : 0));
+      p.parts["activations"] = add(t.offloaded ? std::min(left, mul(2, g.kept)) : left, sub_floor(t.shared_after, bottom_layer ? t.masks_gone_at_bottom : 0));
       p.parts["autocast_weight_copies"] = sub_floor(remaining_casts, mul(done, g.casts));
-      // Checkpointed layer: its recomputed forward (with the incoming gradient alive), then its
-      // backward over the recomputed tensors.
-      // Gradients appearing layer by layer: the layer's MLP backward moments come after
-      // down_proj's node has produced its weight (and bias) gradient (measured,
-      // bloom/full/fp32/nogc/eager: dense_4h_to_h's 262,656 B of gradient next to BloomGelu's
-      // backward temporaries).
-      // (the attention moment: its transients and gradients, less what the layer's MLP and the
-      // attention block's tail have released by then)
-      // (trained fused experts: also gate_up's weight-gradient moment, activations.cpp; with
-      // gradients kept the down stack's is accumulated by then)
-      // (the second norm's backward, activations.cpp mlp_norm_backward: by then the MLP block's
-      // weight gradients exist)
-      const u64 bwd_t = grads_grow ? std::max({add(g.mlp_bwd_t, g.down_grad), sub_floor(add(g.attn_bwd_t, g.late_grad), g.attn_released),
-                                             g.moe_wgrad > 0 ? add(g.moe_wgrad, g.moe_down_grad) : 0,
-                                             g.shared_bwd > 0 ? add(g.shared_bwd, g.shared_grad) : 0,
-                                             g.norm_bwd > 0 ? add(g.norm_bwd, g.norm_grad) : 0})
-                                   : std::max({add(g.mlp_at_down, g.new_grads), g.mlp_bwd_t, sub_floor(g.attn_bwd_t, g.attn_released),
-                                               g.moe_wgrad, g.shared_bwd, g.norm_bwd});
-      const u64 layer_t =
-          gc ? std::max(add(g.full_saved, bwd_t), add(g.full_saved, add(g.fwd_t, add(g.in_grad, g.held)))) : bwd_t;
+      const u64 layer_t = layer_backward_temporaries(g, grads_grow, st.gc);
       p.parts["temporary_buffers"] = add(layer_t, role.head ? head_waiting : 0);
-      p.parts["logits_loss"] = kept_logits;
+      p.parts["logits_loss"] = t.kept_logits;
       const bool first_unit = gi + 1 == runs.size() && done == 0;
       // FSDP2 on later units: the root, the unit's unsharded parameters and its all-gather output
       // (held in comm_ctx.all_gather_state), i.e. `comm`; the previous unit's reduce-scatter buffer
       // is already freed (measured, fsdpdump bf16 gc fsdp_full_shardx2 in layers.0's backward: no
       // [475648]-byte reduce-scatter input alive). Other FSDP set-ups keep the bucket.
-      if (fsdp && !first_unit) p.parts["communication_buffers"] = fsdp2_root ? comm : add(comm, rs.buckets);
+      if (t.fsdp && !first_unit) p.parts["communication_buffers"] = t.fsdp2_root ? t.comm : add(t.comm, rs.buckets);
       out.push_back(p);
     }
     grads_done = add(grads_done, grads_grow ? mul(g.count, g.grad) : 0);
-    remaining_A = sub_floor(remaining_A, mul(g.count, g.kept));
+    remaining_kept = sub_floor(remaining_kept, mul(g.count, g.kept));
     remaining_casts = sub_floor(remaining_casts, mul(g.count, g.casts));
   }
+}
+
+/// Backward through a trained, tied token embedding (full fine-tune, one rank).
+std::optional<Moment> tied_embedding_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const ModelSpec& m = st.m;
+  const ModelStates& s = st.s;
+  const RankStates& rs = st.rs;
   // Backward through a trained, tied token embedding (one rank holds the whole vocabulary): the
   // head's weight gradient waits in autograd's input buffer until the embedding's backward has
   // made its own dense [V, h] gradient, and the two are summed out of place before the weight's
@@ -542,25 +790,49 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   // gemma2/h384-L2-V32000/full/bf16/nogc/eager/b2s32/adamw and
   // falcon/h384-L3-V32000/full/amp_bf16/gc/eager/b2s64/adamw/gas2: 3 x [32000, 384] alive in
   // embedding_dense_backward / the input-buffer add, all layer gradients done).
-  if (r.task == Task::Full && role.embedding && s.tied_embeddings && s.emb_t > 0 && l.method == ParallelMethod::Single &&
-      !r.runtime.optimizer_in_backward) {
-    Moment p{"backward", {}};
-    base(p);
-    p.parts["gradients"] = rs.grads;
-    p.parts["activations"] = shared_after;
-    const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), total_t);
-    p.parts["temporary_buffers"] = mul(grads_kept ? 3 : 2, table);
-    out.push_back(p);
-  }
+  if (!(r.task == Task::Full && st.role.embedding && s.tied_embeddings && s.emb_t > 0 && st.l.method == ParallelMethod::Single &&
+        !r.runtime.optimizer_in_backward))
+    return std::nullopt;
+  Moment p = with_states("backward", st, t);
+  p.parts["gradients"] = rs.grads;
+  p.parts["activations"] = t.shared_after;
+  const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), st.total_t);
+  p.parts["temporary_buffers"] = mul(t.grads_kept ? 3 : 2, table);
+  return p;
+}
+
+/// The optimizer step.
+Moment optimizer_step_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const RankStates& rs = st.rs;
   // Optimizer step: all gradients, states, step temporaries.
-  Moment step{"optimizer_step", {}};
-  base(step);
+  Moment step = with_states("optimizer_step", st, t);
   step.parts["gradients"] = r.runtime.optimizer_in_backward ? 0 : rs.grads;
   step.parts["communication_buffers"] = rs.buckets;
   step.parts["temporary_buffers"] = rs.step_temporary;
-  if (head.held_until_next_forward) step.parts["logits_loss"] = head.held_until_next_forward;
-  if (prev_graph_ctx) step.parts["activations"] = prev_graph_ctx;
-  out.push_back(step);
+  if (t.head.held_until_next_forward) step.parts["logits_loss"] = t.head.held_until_next_forward;
+  if (t.prev_graph_ctx) step.parts["activations"] = t.prev_graph_ctx;
+  return step;
+}
+
+/// One training step as a timeline of moments (see the top of this file): forward, the loss and
+/// its backward on the head's rank, each run of layers' backward, the tied embedding's backward,
+/// the optimizer step.
+std::vector<Moment> training_moments(const Request& r, const ModelStates& s, const Layout& l, const RankRole& role,
+                                     const RankStates& rs) {
+  const StepInputs st = step_inputs(r, s, l, role, rs);
+  const StepTotals t = step_totals(st);
+  std::vector<Moment> out;
+  out.push_back(forward_moment(st, t));
+  if (role.head) {
+    out.push_back(loss_moment(st, t));
+    out.push_back(loss_backward_moment(st, t));
+    if (std::optional<Moment> p = head_node_moment(st, t)) out.push_back(*p);
+    if (r.runtime.loss_chunks > 1) out.push_back(chunked_loss_backward_moment(st, t));
+  }
+  layers_backward(st, t, out);
+  if (std::optional<Moment> p = tied_embedding_moment(st, t)) out.push_back(*p);
+  out.push_back(optimizer_step_moment(st, t));
   return out;
 }
 

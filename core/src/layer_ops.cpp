@@ -167,14 +167,14 @@ OpList decoder_layer(const LayerSetup& s) {
   if (s.family && s.family->layer) s.family->layer(l, s);
   if (s.eager) edit_eager_attention(l, s.gqa);
   else if (s.window_mask) edit_window_mask(l, s.gqa);
-  if (s.half) edit_half_precision(l, s.softmax_half_to_float);
+  if (s.half) edit_half_precision(l);
   if (s.family && s.family->layer_after_precision) s.family->layer_after_precision(l, s);
   if (s.autocast) edit_autocast(l);
   if (!s.full) edit_lora(l, s.lora_all, s.half);
   return l;
 }
 
-void edit_half_precision(OpList& l, bool softmax_half_to_float) {
+void edit_half_precision(OpList& l) {
   // LlamaRMSNorm upcasts a half input (.to(float32)): pow saves the fp32 copy, not the input;
   // the x_hat cast back to half is what the weight's mul keeps [L][D]
   for (std::string_view n : {"norm1", "norm2"}) {
@@ -194,11 +194,11 @@ void edit_half_precision(OpList& l, bool softmax_half_to_float) {
                    Dt::Model, Dt::F32});
   }
   // eager attention: softmax runs in fp32 and its half copy is what the PV matmul keeps [L]
-  if (find_op(l, "attn.softmax")) {
+  // (the fp32 copy of the scores that softmax runs on and its fp32 gradients: step_lists' layer_list
+  // applies edit_softmax_of_half_scores to every family's list, this one included)
+  if (find_op(l, "attn.softmax"))
     l.insert(position(l, "attn.softmax") + 1,
              {"attn.probs_half", "_to_copy", shape(Sym::B, Sym::A, Sym::S, Sym::S), Dt::Model, true, {}, kNone});
-    edit_softmax_of_half_scores(l, softmax_half_to_float);
-  }
 }
 
 void edit_softmax_of_half_scores(OpList& l, bool half_to_float) {

@@ -223,7 +223,7 @@ struct FamilyLists {
 void push_loss(OpList& l, const LayerSetup& s);
 
 /// The edits, exposed for tests and for families that need them.
-void edit_half_precision(OpList& l, bool softmax_half_to_float = false);
+void edit_half_precision(OpList& l);
 /// Half eager attention's softmax(dtype=float32) around an existing "attn.probs_half": the fp32
 /// copy of the scores it runs on and the fp32 gradients of its backward (none of the copy where
 /// `half_to_float`: CUDA fp16).
