@@ -60,7 +60,9 @@ class Sink {
   /// `names`: record each allocation's name too (step_trace's callers that ask for them); `parts`:
   /// record each allocation's component and phase (trace_step_peak).
   Sink(bool record, bool round_512, bool names = false, bool parts = false)
-      : record_(record), round_(round_512), names_on_(names), parts_on_(parts) {}
+      : record_(record), round_(round_512), names_on_(names), parts_on_(parts) {
+    if (!record_) held_.reserve(1024);  // a few hundred allocations (one layer per loop): one allocation
+  }
 
   /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging). The
   /// trace sink only records (the peak is the trace's reader's business).
@@ -205,8 +207,10 @@ class IndexGroups {
     for (const auto& [g, m] : pairs) ++start_[g + 1];
     for (size_t g = 0; g < groups; ++g) start_[g + 1] += start_[g];
     members_.resize(pairs.size());
-    std::vector<size_t> next(start_.begin(), start_.end() - 1);
-    for (const auto& [g, m] : pairs) members_[next[g]++] = m;
+    // start_[g] serves as group g's cursor, which ends at group g + 1's start; then shifted back
+    for (const auto& [g, m] : pairs) members_[start_[g]++] = m;
+    for (size_t g = groups; g-- > 1;) start_[g] = start_[g - 1];
+    if (groups > 0) start_[0] = 0;
   }
   [[nodiscard]] std::span<const size_t> of(size_t g) const {
     return {members_.data() + start_[g], start_[g + 1] - start_[g]};
@@ -240,6 +244,7 @@ struct Resolved {
   IndexGroups released_at;  ///< per entry: the saved tensors its backward releases
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
   size_t loss_from = kKeep;  ///< the first entry of the loss phase (the logits; none: kKeep)
+  size_t weight_grads = 0;   ///< the weight and bias gradients a first micro-batch's backward makes
 };
 
 /// A lifetime that outlasts the list's forward, named rather than by a consumer entry: handed to
@@ -326,8 +331,11 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     pairs.emplace_back(by == kKeep ? j : by, j);
   }
   r.released_at = IndexGroups(n, pairs);
-  for (size_t j = 0; j < n; ++j)
+  r.death_order.reserve(n);
+  for (size_t j = 0; j < n; ++j) {
     if (r.at[j].dies_at != kKeep) r.death_order.push_back(j);
+    r.weight_grads += (r.at[j].weight_bytes > 0) + (r.at[j].bias_bytes > 0);
+  }
   std::stable_sort(r.death_order.begin(), r.death_order.end(),
                    [&](size_t a, size_t b) { return r.at[a].dies_at < r.at[b].dies_at; });
   return r;
@@ -555,6 +563,7 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, WeightGrads
              const std::function<void()>& recompute = {}) {
   const OpList& l = *r.ops;
   std::vector<Pending> pending;  // gradients waiting at an earlier entry (residual skips, branches)
+  st.weight_grads.reserve(st.weight_grads.size() + r.weight_grads);  // one allocation, not one per doubling
   bool recomputed = !recompute;
   for (size_t i = l.size(); i-- > 0;) {
     if (!recomputed && (i == 0 || l[i - 1].saved)) recompute(), recomputed = true;
