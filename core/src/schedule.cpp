@@ -193,7 +193,8 @@ class Sink {
   Best best_;
 };
 
-u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return mul(sh.elements(s.dims), s.dtypes.of(dt)); }
+/// (no tensor: 0 without the call, most of a list's weight, bias and gradient shapes are none)
+u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return sh.empty ? 0 : mul(sh.elements(s.dims), s.dtypes.of(dt)); }
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
 
@@ -215,6 +216,8 @@ class IndexGroups {
   [[nodiscard]] std::span<const size_t> of(size_t g) const {
     return {members_.data() + start_[g], start_[g + 1] - start_[g]};
   }
+  /// Every group's members, group after group.
+  [[nodiscard]] std::vector<size_t> members() && { return std::move(members_); }
 
  private:
   std::vector<size_t> start_, members_;
@@ -331,13 +334,14 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
     pairs.emplace_back(by == kKeep ? j : by, j);
   }
   r.released_at = IndexGroups(n, pairs);
-  r.death_order.reserve(n);
+  // the dying entries by dies_at, ascending entries among equal ones: grouped by dies_at (a
+  // counting sort, where a stable sort allocated a buffer for every list)
+  pairs.clear();
   for (size_t j = 0; j < n; ++j) {
-    if (r.at[j].dies_at != kKeep) r.death_order.push_back(j);
+    if (r.at[j].dies_at != kKeep) pairs.emplace_back(r.at[j].dies_at, j);
     r.weight_grads += (r.at[j].weight_bytes > 0) + (r.at[j].bias_bytes > 0);
   }
-  std::stable_sort(r.death_order.begin(), r.death_order.end(),
-                   [&](size_t a, size_t b) { return r.at[a].dies_at < r.at[b].dies_at; });
+  r.death_order = IndexGroups(n, pairs).members();
   return r;
 }
 
