@@ -24,8 +24,8 @@
 // 3 layers (beside kept layer inputs). The remainders are all there again at every layer start:
 // the loop's requests of 2 to 64 MiB take the lowest-addressed of them first (best fit, then
 // address) and give it back. An exact shortcut would compare states up to that translation (the
-// small pool's moving tail too), prove
-// such blocks unread, and materialise the skipped layers' segments; not done.
+// small pool's moving tail too), prove such blocks unread, and materialise the skipped layers'
+// segments; not done.
 #include "reserved.hpp"
 
 #include "memfit/error.hpp"
