@@ -68,8 +68,9 @@ TEST_CASE("bitsandbytes table: MatMul4Bit keeps its input before 0.43.2 only", "
 }
 
 TEST_CASE("bitsandbytes table: a malformed or too old version is an error naming the accepted form", "[bitsandbytes]") {
-  for (const char* bad : {"latest", "0", "0.43.2.1", "v0.43", "0..2", "0.43.", ">=0.42"})
+  for (const char* bad : {"latest", "0", "0.43.2.1", "0.43.2.1.5", "v0.43", "0..2", "0.43.", ">=0.42", "0.1234567", "0.43rc1"})
     CHECK_THAT(error_of(bad), Catch::Matchers::Contains("MAJOR.MINOR"));
+  for (const char* good : {"0.43", "0.043.2", "1.0.0", ""}) CHECK(error_of(good).empty());  // "": the default
   CHECK_THAT(error_of("0.38.1"), Catch::Matchers::Contains("0.39.0 or newer"));
   json cpu = {{"model", {{"id", "meta-llama/Llama-2-7b-hf"}}}, {"task", "qlora"}, {"device", "cpu"},
               {"runtime", {{"bitsandbytes_version", "0.42.0"}}}};

@@ -2,8 +2,9 @@
 // bitsandbytes/autograd/_functions.py at the release or commit named in its `source`.
 #include "bitsandbytes.hpp"
 
-#include <cstdlib>
-#include <vector>
+#include <array>
+#include <optional>
+#include <string_view>
 
 #include "memfit/error.hpp"
 
@@ -31,30 +32,32 @@ constexpr BnbContext kBnbContexts[] = {
 };
 // clang-format on
 
-/// "0.43.2" -> {0, 43, 2}; empty for anything but two or three dot-separated numbers.
-std::vector<long> version_parts(const std::string& v) {
-  std::vector<long> out;
-  size_t i = 0;
-  while (i < v.size() && out.size() < 4) {
+/// "0.43.2" -> {0, 43, 2}; nullopt for anything but two or three dot-separated numbers. (A fixed
+/// array, parsed in place: every training estimate reads the version.)
+std::optional<std::array<long, 3>> version_parts(std::string_view v) {
+  std::array<long, 3> out{};
+  size_t n = 0, i = 0;
+  while (i < v.size() && n < 4) {
     size_t j = i;
-    while (j < v.size() && v[j] >= '0' && v[j] <= '9') ++j;
-    if (j == i || j - i > 6) return {};
-    out.push_back(std::strtol(v.substr(i, j - i).c_str(), nullptr, 10));
+    long value = 0;
+    for (; j < v.size() && v[j] >= '0' && v[j] <= '9'; ++j) value = value * 10 + (v[j] - '0');
+    if (j == i || j - i > 6) return std::nullopt;
+    if (n == 3) return std::nullopt;  // a fourth number
+    out[n++] = value;
     if (j == v.size()) break;
-    if (v[j] != '.') return {};
+    if (v[j] != '.') return std::nullopt;
     i = j + 1;
-    if (i == v.size()) return {};
+    if (i == v.size()) return std::nullopt;
   }
-  if (out.size() < 2 || out.size() > 3) return {};
-  out.resize(3, 0);
+  if (n < 2) return std::nullopt;
   return out;
 }
 
 }  // namespace
 
 const BnbContext& bnb_context(const std::string& version) {
-  const std::vector<long> v = version_parts(version.empty() ? kBnbDefaultVersion : version);
-  if (v.empty())
+  const std::optional<std::array<long, 3>> v = version_parts(version.empty() ? kBnbDefaultVersion : version);
+  if (!v)
     throw Error("request field \"runtime.bitsandbytes_version\" must be a release number MAJOR.MINOR or "
                 "MAJOR.MINOR.PATCH, like \"" + std::string(kBnbDefaultVersion) + "\" or \"0.42.0\"; got \"" + version + "\"");
   const BnbContext* found = nullptr;

@@ -20,8 +20,10 @@
 #include "memfit/estimate.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <map>
+#include <string_view>
 #include <optional>
 
 #include "activations.hpp"
@@ -41,9 +43,39 @@ namespace {
 
 constexpr u64 MiB = u64{1} << 20;
 
+/// A moment's bytes per component name, in the order first set. A fixed array, not a map of
+/// strings: the engine builds a dozen moments for every estimate (a plan makes thousands), and
+/// the map's node and string allocations were most of its cost. Names must outlive it (they are
+/// the static component names).
+class PartBytes {
+ public:
+  using Entry = std::pair<std::string_view, u64>;
+  PartBytes() = default;
+  PartBytes(std::initializer_list<Entry> entries) {
+    for (const Entry& e : entries) (*this)[e.first] = e.second;
+  }
+  /// The bytes of `name`, added as 0 when absent.
+  u64& operator[](std::string_view name) {
+    for (size_t i = 0; i < size_; ++i)
+      if (at_[i].first == name) return at_[i].second;
+    if (size_ == at_.size()) throw Error("estimate: a moment with more components than PartBytes holds");
+    at_[size_] = {name, 0};
+    return at_[size_++].second;
+  }
+  [[nodiscard]] const Entry* find(std::string_view name) const {
+    return std::find_if(begin(), end(), [&](const Entry& e) { return e.first == name; });
+  }
+  [[nodiscard]] const Entry* begin() const { return at_.data(); }
+  [[nodiscard]] const Entry* end() const { return at_.data() + size_; }
+
+ private:
+  std::array<Entry, 16> at_{};
+  size_t size_ = 0;
+};
+
 struct Moment {
   std::string phase;
-  std::map<std::string, u64> parts;  // component name -> bytes
+  PartBytes parts;  // component name -> bytes
   [[nodiscard]] u64 total() const {
     u64 t = 0;
     for (const auto& [k, v] : parts) t = add(t, v);
@@ -51,8 +83,8 @@ struct Moment {
   }
 };
 
-const char* formula_of(const std::string& name) {
-  static const std::map<std::string, const char*> f = {
+const char* formula_of(std::string_view name) {
+  static const std::map<std::string, const char*, std::less<>> f = {
       {"weights", "parameters x bytes of their stored dtype (quantized Linear layers: code bits + block constants); sharded share under ZeRO-3/FSDP"},
       {"master_weights", "fp32 master copy of trainable parameters kept by the optimizer (DeepSpeed/Megatron mixed precision)"},
       {"gradients", "trainable parameters x gradient bytes; during backward only the layers already processed"},
@@ -955,7 +987,7 @@ AllocatedPeak schedule_peak(const sched::StepPeak& p) {
   AllocatedPeak a;
   a.peak.phase = std::string(sched::phase_name(p.phase));
   for (size_t c = 0; c < sched::kParts; ++c)
-    if (p.parts[c] > 0) a.peak.parts[std::string(sched::part_name(static_cast<sched::Part>(c)))] = p.parts[c];
+    if (p.parts[c] > 0) a.peak.parts[sched::part_name(static_cast<sched::Part>(c))] = p.parts[c];
   for (size_t f = 0; f < sched::kPhases; ++f)
     if (p.phase_peaks[f] > 0) a.phases.push_back({std::string(sched::phase_name(static_cast<sched::Phase>(f))), p.phase_peaks[f]});
   a.from_schedule = true;

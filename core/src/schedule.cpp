@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <map>
 #include <functional>
+#include <span>
 
 #include "layer_ops_layernorm.hpp"
 #include "layer_ops_rms.hpp"
@@ -59,7 +60,9 @@ class Sink {
   /// `names`: record each allocation's name too (step_trace's callers that ask for them); `parts`:
   /// record each allocation's component and phase (trace_step_peak).
   Sink(bool record, bool round_512, bool names = false, bool parts = false)
-      : record_(record), round_(round_512), names_on_(names), parts_on_(parts) {}
+      : record_(record), round_(round_512), names_on_(names), parts_on_(parts) {
+    if (!record_) held_.reserve(1024);  // a few hundred allocations (one layer per loop): one allocation
+  }
 
   /// `what` names the tensor in a recorded trace (the per-tensor comparison and debugging). The
   /// trace sink only records (the peak is the trace's reader's business).
@@ -72,14 +75,13 @@ class Sink {
       return allocations_++;
     }
     const u64 b = round_ ? round_up(bytes, 512) : bytes;
-    sizes_.push_back(b);
-    parts_.push_back(part);
+    held_.push_back({b, part});
     live_ = add(live_, b);
     live_parts_[static_cast<size_t>(part)] += b;
     if (live_ > best_.bytes) best_.bytes = live_, best_.parts = live_parts_, best_.phase = phase_;
     u64& in_phase = best_.phases[static_cast<size_t>(phase_)];
     in_phase = std::max(in_phase, live_);
-    return static_cast<int>(sizes_.size() - 1);
+    return static_cast<int>(held_.size() - 1);
   }
   int alloc(u64 bytes, const EventKind& k, std::string_view of = {}) { return alloc(bytes, k.part, k.name, of); }
   void free(int id) {
@@ -89,8 +91,8 @@ class Sink {
       return;
     }
     const size_t i = static_cast<size_t>(id);
-    live_ -= sizes_[i];
-    live_parts_[static_cast<size_t>(parts_[i])] -= sizes_[i];
+    live_ -= held_[i].bytes;
+    live_parts_[static_cast<size_t>(held_[i].part)] -= held_[i].bytes;
   }
   /// Allocation `id` now counts in component `p` (same bytes: no new moment).
   void retag(int id, Part p) {
@@ -100,9 +102,9 @@ class Sink {
       return;
     }
     const size_t i = static_cast<size_t>(id);
-    live_parts_[static_cast<size_t>(parts_[i])] -= sizes_[i];
-    live_parts_[static_cast<size_t>(p)] += sizes_[i];
-    parts_[i] = p;
+    live_parts_[static_cast<size_t>(held_[i].part)] -= held_[i].bytes;
+    live_parts_[static_cast<size_t>(p)] += held_[i].bytes;
+    held_[i].part = p;
   }
   void phase(Phase p) { phase_ = p; }
   /// Runs body(k) for k = 0..n-1 (trace sink), or body(0) once and extrapolates (peak sink): the
@@ -172,8 +174,12 @@ class Sink {
 
  private:
   bool record_, round_, names_on_, parts_on_;
-  std::vector<u64> sizes_;
-  std::vector<Part> parts_;  ///< the peak sink's component of each allocation
+  /// The peak sink's allocations: bytes (rounded) and component (one array: one append per allocation)
+  struct Held {
+    u64 bytes;
+    Part part;
+  };
+  std::vector<Held> held_;
   std::vector<std::int64_t> trace_;
   std::vector<Part> trace_parts_;
   std::vector<Phase> trace_phases_;
@@ -187,29 +193,62 @@ class Sink {
   Best best_;
 };
 
-u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return mul(sh.elements(s.dims), s.dtypes.of(dt)); }
-
-/// A list resolved for the pass: sizes, and for each entry the index after whose creation it dies.
-struct Resolved {
-  const OpList* ops = nullptr;
-  std::vector<u64> bytes, grad_bytes, weight_bytes, bias_bytes;
-  std::vector<u64> sum_bytes;   ///< a gradient of the entry's tensor (for residual sums)
-  std::vector<size_t> skip_to;  ///< residual adds: the entry their skip gradient reaches
-  std::vector<size_t> branch_from;  ///< parallel branches: the entry whose gradient this one reads
-  /// per entry i: the earlier entries b whose branch_from is i, ascending (backward's hot loop
-  /// reads them for every entry; a scan of all earlier entries made the backward quadratic)
-  std::vector<std::vector<size_t>> branch_readers;
-  std::vector<bool> carried;    ///< the entry stands for the list's input ("carried": allocates nothing)
-  std::vector<u64> cast_bytes;  ///< residual adds: the cast of the gradient the waiting operand gets (0: none)
-  std::vector<size_t> dies_at;  ///< index of the last consumer; SIZE_MAX: saved or carried out
-  std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
-  std::vector<std::vector<size_t>> released_at;  ///< per entry: the saved tensors its backward releases
-  std::vector<Part> forward_part;   ///< the component the entry's tensor counts in
-  std::vector<Part> backward_part;  ///< the component of the gradients its backward makes (not the weights')
-  size_t loss_from = static_cast<size_t>(-1);  ///< the first entry of the loss phase (the logits; none: -1)
-};
+/// (no tensor: 0 without the call, most of a list's weight, bias and gradient shapes are none)
+u64 bytes_of(const StepSetup& s, const Shape& sh, Dt dt) { return sh.empty ? 0 : mul(sh.elements(s.dims), s.dtypes.of(dt)); }
 
 constexpr size_t kKeep = static_cast<size_t>(-1);
+
+/// Per group g (an entry of a list), a run of entry indexes, kept in one flat array: resolve()
+/// builds two of these for every list, and a vector per entry cost an allocation each.
+class IndexGroups {
+ public:
+  IndexGroups() = default;
+  /// From (group, member) pairs; each group's members keep the pairs' order.
+  IndexGroups(size_t groups, const std::vector<std::pair<size_t, size_t>>& pairs) : start_(groups + 1, 0) {
+    for (const auto& [g, m] : pairs) ++start_[g + 1];
+    for (size_t g = 0; g < groups; ++g) start_[g + 1] += start_[g];
+    members_.resize(pairs.size());
+    // start_[g] serves as group g's cursor, which ends at group g + 1's start; then shifted back
+    for (const auto& [g, m] : pairs) members_[start_[g]++] = m;
+    for (size_t g = groups; g-- > 1;) start_[g] = start_[g - 1];
+    if (groups > 0) start_[0] = 0;
+  }
+  [[nodiscard]] std::span<const size_t> of(size_t g) const {
+    return {members_.data() + start_[g], start_[g + 1] - start_[g]};
+  }
+  /// Every group's members, group after group.
+  [[nodiscard]] std::vector<size_t> members() && { return std::move(members_); }
+
+ private:
+  std::vector<size_t> start_, members_;
+};
+
+/// One entry of a list resolved for a setup: its sizes, the entries its lifetime and gradients
+/// refer to (indexes, kKeep: none), and the components it counts in.
+struct ResolvedEntry {
+  u64 bytes = 0, grad_bytes = 0, weight_bytes = 0, bias_bytes = 0;
+  u64 sum_bytes = 0;        ///< a gradient of the entry's tensor (for residual sums)
+  u64 cast_bytes = 0;       ///< residual adds: the cast of the gradient the waiting operand gets (0: none)
+  size_t skip_to = kKeep;   ///< residual adds: the entry their skip gradient reaches
+  size_t branch_from = kKeep;  ///< parallel branches: the entry whose gradient this one reads
+  size_t dies_at = kKeep;   ///< index of the last consumer; kKeep: saved or carried out
+  bool carried = false;     ///< the entry stands for the list's input ("carried": allocates nothing)
+  Part forward_part = Part::ByLifetime;   ///< the component the entry's tensor counts in
+  Part backward_part = Part::ByLifetime;  ///< the component of the gradients its backward makes (not the weights')
+};
+
+/// A list resolved for the pass: its entries, and for each entry the index after whose creation it dies.
+struct Resolved {
+  const OpList* ops = nullptr;
+  std::vector<ResolvedEntry> at;  ///< per entry of *ops
+  /// per entry i: the earlier entries b whose branch_from is i, ascending (backward's hot loop
+  /// reads them for every entry; a scan of all earlier entries made the backward quadratic)
+  IndexGroups branch_readers;
+  IndexGroups released_at;  ///< per entry: the saved tensors its backward releases
+  std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
+  size_t loss_from = kKeep;  ///< the first entry of the loss phase (the logits; none: kKeep)
+  size_t weight_grads = 0;   ///< the weight and bias gradients a first micro-batch's backward makes
+};
 
 /// A lifetime that outlasts the list's forward, named rather than by a consumer entry: handed to
 /// the next list ("layer_out"), held until the decoder stack returns ("decoder_end") or until the
@@ -218,92 +257,91 @@ bool outlives_list(std::string_view dies_after) {
   return dies_after == "layer_out" || dies_after == "decoder_end" || dies_after == "backward_end";
 }
 
-/// Where each name stands in a list (ascending indexes): resolve() looks names up by position
-/// (the last before, the first or last after) instead of scanning the list for every entry.
+/// Name lookups relative to an entry, by a scan from that entry outward: the names resolve() looks
+/// up (a consumer, a residual's operand, a releasing entry) lie a few entries away, so a scan stops
+/// soon, and it needs no index of the list built for every estimate (a map of the names cost more
+/// than all the scans).
 class NamePositions {
  public:
-  explicit NamePositions(const OpList& l) {
-    for (size_t i = 0; i < l.size(); ++i) at_[l[i].name].push_back(i);
-  }
+  explicit NamePositions(const OpList& l) : l_(l) {}
   /// The last entry before `i` named `n` (kKeep: none).
   [[nodiscard]] size_t last_before(std::string_view n, size_t i) const {
-    const std::vector<size_t>* v = find(n);
-    if (!v) return kKeep;
-    auto it = std::lower_bound(v->begin(), v->end(), i);
-    return it == v->begin() ? kKeep : *(it - 1);
+    for (size_t j = n.empty() ? 0 : i; j-- > 0;)
+      if (l_[j].name == n) return j;
+    return kKeep;
   }
   /// The first entry after `i` named `n` (kKeep: none).
   [[nodiscard]] size_t first_after(std::string_view n, size_t i) const {
-    const std::vector<size_t>* v = find(n);
-    if (!v) return kKeep;
-    auto it = std::upper_bound(v->begin(), v->end(), i);
-    return it == v->end() ? kKeep : *it;
+    for (size_t j = i + 1; !n.empty() && j < l_.size(); ++j)
+      if (l_[j].name == n) return j;
+    return kKeep;
   }
   /// The last entry after `i` named `n` (kKeep: none).
   [[nodiscard]] size_t last_after(std::string_view n, size_t i) const {
-    const std::vector<size_t>* v = find(n);
-    return v && v->back() > i ? v->back() : kKeep;
+    for (size_t j = n.empty() ? i + 1 : l_.size(); j-- > i + 1;)
+      if (l_[j].name == n) return j;
+    return kKeep;
   }
 
  private:
-  [[nodiscard]] const std::vector<size_t>* find(std::string_view n) const {
-    if (n.empty()) return nullptr;
-    auto it = at_.find(n);
-    return it == at_.end() ? nullptr : &it->second;
-  }
-  std::map<std::string_view, std::vector<size_t>> at_;
+  const OpList& l_;
 };
+
+/// Entry i's sizes and the entries it refers to (resolve's per-entry part).
+ResolvedEntry resolve_entry(const StepSetup& s, const OpList& l, const NamePositions& names, size_t i) {
+  const TensorOp& t = l[i];
+  ResolvedEntry e;
+  e.carried = t.op == "carried";
+  e.bytes = e.carried ? 0 : bytes_of(s, t.shape, t.dtype);
+  e.grad_bytes = bytes_of(s, t.grad_input, t.grad_dtype);
+  e.weight_bytes = bytes_of(s, t.weight, t.weight_dtype);
+  e.bias_bytes = bytes_of(s, t.bias, t.weight_dtype);
+  e.sum_bytes = bytes_of(s, t.shape, Dt::Model);
+  e.skip_to = names.last_before(t.residual_of, i);
+  e.branch_from = names.last_after(t.branch_of, i);
+  const size_t skip = e.skip_to;
+  const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
+  e.cast_bytes = cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0;
+  if (!t.saved && !outlives_list(t.dies_after)) {
+    const size_t consumer = names.first_after(t.dies_after, i);
+    e.dies_at = std::min(consumer == kKeep ? i + 1 : consumer, l.size() - 1);
+  }
+  const bool kept = t.saved || t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "next_layer";
+  const Part by_lifetime = kept ? Part::Activations : Part::TemporaryBuffers;
+  e.forward_part = t.part == Part::ByLifetime ? by_lifetime : t.part;
+  e.backward_part = t.part == Part::LogitsLoss ? Part::LogitsLoss : Part::TemporaryBuffers;
+  return e;
+}
 
 Resolved resolve(const StepSetup& s, const OpList& l) {
   Resolved r;
   r.ops = &l;
   const size_t n = l.size();
-  for (std::vector<u64>* v : {&r.bytes, &r.grad_bytes, &r.weight_bytes, &r.bias_bytes, &r.sum_bytes, &r.cast_bytes}) v->reserve(n);
-  for (std::vector<size_t>* v : {&r.skip_to, &r.branch_from, &r.dies_at}) v->reserve(n);
-  r.forward_part.reserve(n), r.backward_part.reserve(n);
   const NamePositions names(l);
-  for (size_t i = 0; i < n; ++i) {
-    const TensorOp& t = l[i];
-    r.bytes.push_back(t.op == "carried" ? 0 : bytes_of(s, t.shape, t.dtype));
-    r.grad_bytes.push_back(bytes_of(s, t.grad_input, t.grad_dtype));
-    r.weight_bytes.push_back(bytes_of(s, t.weight, t.weight_dtype));
-    r.bias_bytes.push_back(bytes_of(s, t.bias, t.weight_dtype));
-    r.sum_bytes.push_back(bytes_of(s, t.shape, Dt::Model));
-    const size_t skip = names.last_before(t.residual_of, i);
-    r.skip_to.push_back(skip);
-    r.branch_from.push_back(names.last_after(t.branch_of, i));
-    const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
-    r.cast_bytes.push_back(cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0);
-    size_t at = kKeep;
-    if (!t.saved && !outlives_list(t.dies_after)) {
-      const size_t consumer = names.first_after(t.dies_after, i);
-      at = consumer == kKeep ? i + 1 : consumer;
-    }
-    r.dies_at.push_back(at == kKeep ? kKeep : std::min(at, n - 1));
-  }
-  r.branch_readers.resize(n);
+  r.at.reserve(n);
+  for (size_t i = 0; i < n; ++i) r.at.push_back(resolve_entry(s, l, names, i));
+  for (size_t i = 0; i < n && r.loss_from == kKeep; ++i)
+    if (l[i].part == Part::LogitsLoss) r.loss_from = i;
+  std::vector<std::pair<size_t, size_t>> pairs;
+  pairs.reserve(n);
   for (size_t b = 0; b < n; ++b)
-    if (r.branch_from[b] != kKeep) r.branch_readers[r.branch_from[b]].push_back(b);
-  for (const TensorOp& t : l) r.carried.push_back(t.op == "carried");
-  for (size_t i = 0; i < n; ++i) {
-    const TensorOp& t = l[i];
-    const bool kept = t.saved || t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "next_layer";
-    const Part by_lifetime = kept ? Part::Activations : Part::TemporaryBuffers;
-    r.forward_part.push_back(t.part == Part::ByLifetime ? by_lifetime : t.part);
-    const bool loss = t.part == Part::LogitsLoss;
-    r.backward_part.push_back(loss ? Part::LogitsLoss : Part::TemporaryBuffers);
-    if (loss && r.loss_from == kKeep) r.loss_from = i;
-  }
-  r.released_at.resize(n);
+    if (r.at[b].branch_from != kKeep) pairs.emplace_back(r.at[b].branch_from, b);
+  r.branch_readers = IndexGroups(n, pairs);
+  pairs.clear();
   for (size_t j = 0; j < n; ++j) {
     if (l[j].dies_after == "backward_end") continue;  // run() frees it when the backward is over
     const size_t by = names.last_after(l[j].released_by, j);
-    r.released_at[by == kKeep ? j : by].push_back(j);
+    pairs.emplace_back(by == kKeep ? j : by, j);
   }
-  for (size_t j = 0; j < n; ++j)
-    if (r.dies_at[j] != kKeep) r.death_order.push_back(j);
-  std::stable_sort(r.death_order.begin(), r.death_order.end(),
-                   [&](size_t a, size_t b) { return r.dies_at[a] < r.dies_at[b]; });
+  r.released_at = IndexGroups(n, pairs);
+  // the dying entries by dies_at, ascending entries among equal ones: grouped by dies_at (a
+  // counting sort, where a stable sort allocated a buffer for every list)
+  pairs.clear();
+  for (size_t j = 0; j < n; ++j) {
+    if (r.at[j].dies_at != kKeep) pairs.emplace_back(r.at[j].dies_at, j);
+    r.weight_grads += (r.at[j].weight_bytes > 0) + (r.at[j].bias_bytes > 0);
+  }
+  r.death_order = IndexGroups(n, pairs).members();
   return r;
 }
 
@@ -324,15 +362,15 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
   size_t next_death = 0;
   for (size_t i = 0; i < l.size(); ++i) {
     if (i == r.loss_from) sink.phase(Phase::Loss);
-    st.ids[i] = r.carried[i] ? input : sink.alloc(r.bytes[i], r.forward_part[i], l[i].name);
-    for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] == i; ++next_death) {
+    st.ids[i] = r.at[i].carried ? input : sink.alloc(r.at[i].bytes, r.at[i].forward_part, l[i].name);
+    for (; next_death < r.death_order.size() && r.at[r.death_order[next_death]].dies_at == i; ++next_death) {
       const size_t j = r.death_order[next_death];
       if ((j != 0 || !keep_input) && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
     }
   }
   st.out = st.ids.back();
   for (size_t j = 0; j + 1 < l.size(); ++j)
-    if (r.dies_at[j] != kKeep && r.dies_at[j] >= l.size() - 1 && st.ids[j] >= 0 && j != 0)
+    if (r.at[j].dies_at != kKeep && r.at[j].dies_at >= l.size() - 1 && st.ids[j] >= 0 && j != 0)
       sink.free(st.ids[j]), st.ids[j] = -1;
   if (checkpointed) {
     for (size_t j = 1; j + 1 < l.size(); ++j) {
@@ -367,12 +405,12 @@ void branch_switch(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>
   auto read = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return p.read && p.target == i; });
   const int source = read == pending.end() ? -1 : read->id;
   if (read != pending.end()) pending.erase(read);
-  const size_t join = r.skip_to[i];
+  const size_t join = r.at[i].skip_to;
   auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) { return !p.read && p.target == join; });
   if (waiting != pending.end() && grad >= 0 && waiting->in_place) {
     sink.free(grad);  // added into the parked gradient
   } else if (waiting != pending.end() && grad >= 0) {
-    const int sum = sink.alloc(r.sum_bytes[join], r.backward_part[join], "grad_sum");
+    const int sum = sink.alloc(r.at[join].sum_bytes, r.at[join].backward_part, "grad_sum");
     sink.free(grad);
     const int old = waiting->id;
     waiting->id = sum;
@@ -398,8 +436,8 @@ ListState recompute_forward(Sink& sink, const Resolved& r, int input) {
   st.ids[0] = input;
   size_t next_death = 0;
   for (size_t i = 1; i < end; ++i) {
-    st.ids[i] = sink.alloc(r.bytes[i], r.forward_part[i], l[i].name);
-    for (; next_death < r.death_order.size() && r.dies_at[r.death_order[next_death]] <= i; ++next_death) {
+    st.ids[i] = sink.alloc(r.at[i].bytes, r.at[i].forward_part, l[i].name);
+    for (; next_death < r.death_order.size() && r.at[r.death_order[next_death]].dies_at <= i; ++next_death) {
       const size_t j = r.death_order[next_death];
       if (j != 0 && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
     }
@@ -429,10 +467,10 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
     const int skip = pending[p].id;
     const bool in_place = pending[p].in_place;
     pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(p));
-    if (r.grad_bytes[i] > 0 && grad >= 0 && !in_place && !l[i].sums_first) {
-      const int own = sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_in", l[i].name);
+    if (r.at[i].grad_bytes > 0 && grad >= 0 && !in_place && !l[i].sums_first) {
+      const int own = sink.alloc(r.at[i].grad_bytes, r.at[i].backward_part, "grad_in", l[i].name);
       if (!held(pending, skip)) sink.free(skip);  // a residual add further up may share it
-      const int sum = sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_sum");
+      const int sum = sink.alloc(r.at[i].grad_bytes, r.at[i].backward_part, "grad_sum");
       sink.free(own);
       if (!held(pending, grad)) sink.free(grad);
       grad = sum;
@@ -442,7 +480,7 @@ bool meet_waiting(Sink& sink, const Resolved& r, size_t i, std::vector<Pending>&
       grad = skip;
     } else if (grad != skip && grad >= 0) {
       // branch + skip, summed by autograd (in the tensor's own dtype where two readers' gradients meet)
-      const int sum = sink.alloc(l[i].sums_first ? r.bytes[i] : r.sum_bytes[i], r.backward_part[i], "grad_sum");
+      const int sum = sink.alloc(l[i].sums_first ? r.at[i].bytes : r.at[i].sum_bytes, r.at[i].backward_part, "grad_sum");
       if (!held(pending, skip)) sink.free(skip);
       if (!held(pending, grad)) sink.free(grad);
       grad = sum;
@@ -474,22 +512,22 @@ struct WeightGrads {
 void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std::vector<Pending>& pending,
                      int& grad, WeightGrads wg, bool input_grad_made) {
   const OpList& l = *r.ops;
-  if (r.weight_bytes[i] > 0 && (wg.first || wg.waits == i))
-    st.weight_grads.push_back(sink.alloc(r.weight_bytes[i], kWeightGrad, l[i].name));
-  if (r.bias_bytes[i] > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.bias_bytes[i], kBiasGrad, l[i].name));
-  if (r.skip_to[i] != kKeep && r.branch_from[i] == kKeep && grad >= 0) {
-    const bool cast = r.cast_bytes[i] > 0;
-    const int part = cast ? sink.alloc(r.cast_bytes[i], r.backward_part[i], "grad_cast") : grad;
+  if (r.at[i].weight_bytes > 0 && (wg.first || wg.waits == i))
+    st.weight_grads.push_back(sink.alloc(r.at[i].weight_bytes, kWeightGrad, l[i].name));
+  if (r.at[i].bias_bytes > 0 && wg.first) st.weight_grads.push_back(sink.alloc(r.at[i].bias_bytes, kBiasGrad, l[i].name));
+  if (r.at[i].skip_to != kKeep && r.at[i].branch_from == kKeep && grad >= 0) {
+    const bool cast = r.at[i].cast_bytes > 0;
+    const int part = cast ? sink.alloc(r.at[i].cast_bytes, r.at[i].backward_part, "grad_cast") : grad;
     // autograd adds a gradient into the input buffer it reaches as soon as it is made: where a
     // residual's skip gradient already waits (an fp32 RMSNorm's input, read by the residual add,
     // pow and the x_hat mul), the two are summed now, out of place
     auto waiting = std::find_if(pending.begin(), pending.end(), [&](const Pending& p) {
-      return p.target == r.skip_to[i] && !p.read && !p.in_place && p.id != part;
+      return p.target == r.at[i].skip_to && !p.read && !p.in_place && p.id != part;
     });
     if (waiting == pending.end()) {
-      pending.push_back({r.skip_to[i], part});
+      pending.push_back({r.at[i].skip_to, part});
     } else {
-      const int sum = sink.alloc(r.sum_bytes[r.skip_to[i]], r.backward_part[r.skip_to[i]], "grad_sum");
+      const int sum = sink.alloc(r.at[r.at[i].skip_to].sum_bytes, r.at[r.at[i].skip_to].backward_part, "grad_sum");
       const int old = waiting->id;
       waiting->id = sum;
       if (!held(pending, old)) sink.free(old);
@@ -499,18 +537,18 @@ void entry_gradients(Sink& sink, const Resolved& r, size_t i, ListState& st, std
   auto accumulated = [&] {  // a later micro-batch's new weight (and bias) gradient, added into .grad
     std::vector<int> added;
     if (!wg.first && wg.waits != i) {
-      added.push_back(sink.alloc(r.bias_bytes[i], kBiasGradNew, l[i].name));
-      added.push_back(sink.alloc(r.weight_bytes[i], kWeightGradNew, l[i].name));
+      added.push_back(sink.alloc(r.at[i].bias_bytes, kBiasGradNew, l[i].name));
+      added.push_back(sink.alloc(r.at[i].weight_bytes, kWeightGradNew, l[i].name));
     }
     return added;
   };
-  if (r.grad_bytes[i] == 0 || input_grad_made) {
+  if (r.at[i].grad_bytes == 0 || input_grad_made) {
     for (int a : accumulated()) sink.free(a);
     return;
   }
   std::vector<int> temps;
-  for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_temp", l[i].name));
-  const int g = sink.alloc(r.grad_bytes[i], r.backward_part[i], "grad_in", l[i].name);
+  for (std::uint8_t k = 0; k < l[i].backward_temps; ++k) temps.push_back(sink.alloc(r.at[i].grad_bytes, r.at[i].backward_part, "grad_temp", l[i].name));
+  const int g = sink.alloc(r.at[i].grad_bytes, r.at[i].backward_part, "grad_in", l[i].name);
   for (int t : temps) sink.free(t);
   const std::vector<int> added = accumulated();
   if (!held(pending, grad)) sink.free(grad);
@@ -529,17 +567,18 @@ int backward(Sink& sink, const Resolved& r, ListState& st, int grad, WeightGrads
              const std::function<void()>& recompute = {}) {
   const OpList& l = *r.ops;
   std::vector<Pending> pending;  // gradients waiting at an earlier entry (residual skips, branches)
+  st.weight_grads.reserve(st.weight_grads.size() + r.weight_grads);  // one allocation, not one per doubling
   bool recomputed = !recompute;
   for (size_t i = l.size(); i-- > 0;) {
     if (!recomputed && (i == 0 || l[i - 1].saved)) recompute(), recomputed = true;
     const bool input_grad_made = meet_waiting(sink, r, i, pending, grad);
     // a branch entry further down reads the gradient arriving here: hold it until then
-    for (size_t b : r.branch_readers[i])
+    for (size_t b : r.branch_readers.of(i))
       if (b < i && grad >= 0) pending.push_back({b, grad, false, true});
-    if (r.branch_from[i] != kKeep) branch_switch(sink, r, i, pending, grad);
+    if (r.at[i].branch_from != kKeep) branch_switch(sink, r, i, pending, grad);
     const size_t made = st.weight_grads.size();
     entry_gradients(sink, r, i, st, pending, grad, wg, input_grad_made);
-    for (size_t j : r.released_at[i])
+    for (size_t j : r.released_at.of(i))
       if (st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
     // the node has returned: AccumulateGrad makes its new weight gradients the .grad (not one that
     // waits in autograd's input buffer for another's)
@@ -762,7 +801,7 @@ void run(Sink& sink, const StepSetup& s) {
   // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
   size_t tied_head = kKeep;
   for (size_t i = 0; i < head_l.size(); ++i)
-    if (!head_l[i].weight.empty && head.weight_bytes[i] == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
+    if (!head_l[i].weight.empty && head.at[i].weight_bytes == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
   const std::vector<ParamTensor> op = outer_params(s);
   // parameters in module order: the embeddings, the layers (adapters after each layer's own), the
   // final norm and the head (the optimizer walks them in the same order); the LoRA first layer
