@@ -1875,6 +1875,15 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   // gpt2/h192-L4-V4096/full/amp_bf16/gc/sdpa/b2s256/adamw at _log_softmax_backward_data: an fp32
   // (2, 256, 192) empty_like noise beside the fp32 dropout output).
   const bool embeds_need_grad = r.task == Task::Full || r.gradient_checkpointing;
+  // With frozen embeddings that hook makes the embedding output a leaf requiring a gradient: its
+  // AccumulateGrad node holds it until the backward has run through it, so where the first layer
+  // reads something else (positions added, dropout) it is one more [T, h] alive through the whole
+  // step (measured, peak dumps of tuning cases gpt_bigcode/h192-L3-V4096/lora-r16-all/bf16/gc/
+  // sdpa/b2s256/adamw at the loss backward and gpt_neo/h256-L4-V2048/lora-r16-mlp/bf16/gc/eager/
+  // b3s192/adamw in the last layer's recomputation: a bf16 `embedding` [b, s, h] beside the
+  // dropout's noise and output)
+  if (r.task != Task::Full && r.gradient_checkpointing && (m.learned_positions || m.embedding_dropout > 0))
+    bytes = add(bytes, mul(tokens, d.residual, m.hidden));
   if (embeds_need_grad) {
     bytes = add(bytes, mul(tokens, dropout_mask(m.embedding_dropout, r, d.residual), m.hidden));
     if (family_activations(m).embedding_layernorm) bytes = add(bytes, mul(add(mul(d.residual, m.hidden), 8), tokens));  // embedding LayerNorm
