@@ -784,6 +784,31 @@ def pattern_cases():
         named("llama4_text", 1, 4, 1024, precision="bf16", attention="eager", gradient_checkpointing=True,
               micro_batch_size=2, sequence_length=256),
         named("deepseek_v3", 1, 2, 1024, gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        # round 7: checkpointed half-precision LayerNorm families (GPT-Neo LoRA on the MLP eager,
+        # GPTBigCode LoRA on every linear SDPA, GPT-2 under autocast SDPA) and BLOOM LoRA q/v fp32
+        # Adafactor checkpointed at a long sequence
+        named("gpt_neo", 2, 4, 2048, task="lora", precision="bf16", attention="eager",
+              gradient_checkpointing=True, micro_batch_size=3, sequence_length=192,
+              lora={"rank": 16, "alpha": 32, "targets": ["c_fc", "c_proj"], "dropout": 0.0}),
+        named("gpt_neo", 1.5, 2, 4096, task="lora", precision="bf16", attention="eager",
+              gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1, sequence_length=512,
+              lora={"rank": 8, "alpha": 16, "targets": ["c_fc", "c_proj"], "dropout": 0.0}),
+        named("gpt_bigcode", 1.5, 3, 4096, task="lora", precision="bf16", attention="sdpa",
+              gradient_checkpointing=True, micro_batch_size=2, sequence_length=256,
+              lora={"rank": 16, "alpha": 32, "targets": "all-linear", "dropout": 0.0}),
+        named("gpt_bigcode", 3, 2, 2048, task="lora", precision="bf16", attention="sdpa",
+              gradient_checkpointing=True, optimizer="sgd", micro_batch_size=1, sequence_length=384,
+              lora={"rank": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0}),
+        named("gpt2", 1.5, 4, 4096, precision="amp_bf16", attention="sdpa", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=256),
+        named("gpt2", 3, 2, 2048, precision="amp_bf16", attention="sdpa", gradient_checkpointing=True,
+              optimizer="adafactor", micro_batch_size=1, sequence_length=384),
+        named("bloom", 1.5, 2, 2048, task="lora", attention="eager", gradient_checkpointing=True,
+              optimizer="adafactor", micro_batch_size=1, sequence_length=1024,
+              lora={"rank": 16, "alpha": 32, "targets": ["query_key_value"], "dropout": 0.0}),
+        named("bloom", 1, 3, 1024, task="lora", attention="eager", gradient_checkpointing=True,
+              optimizer="adafactor", micro_batch_size=2, sequence_length=768,
+              lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
     ]
 
 

@@ -85,7 +85,11 @@ u64 activation_saves(const std::string& act) {
 // - norm_fp32_one_plus_weight, post_norms: Gemma's RMSNorm; Gemma2/3 post-attention and
 //   post-feedforward norms. qk_norm_*: Qwen3 / Gemma3 per head, OLMo2 over the width.
 // - rotary_by_cat: Phi, Phi-3, StableLM and GPT-NeoX concatenate the rotary and pass-through parts.
-// - block_keeps_attn_output: GPT2Block / GPTBigCodeBlock; StableLmDecoderLayer (self_attn_output).
+// - block_keeps_attn_output: GPT2Block / GPTBigCodeBlock; StableLmDecoderLayer (self_attn_output);
+//   GPTNeoBlock (`hidden_states = attn_output + residual` leaves attn_output bound until the block
+//   returns; measured, op-by-op live bytes of tuning case
+//   gpt_neo/h256-L4-V2048/lora-r16-mlp/bf16/gc/eager/b3s192/adamw: out_proj's bf16 (576, 256)
+//   output alive through the recomputed MLP to c_proj's lora_A).
 // - block_keeps_first_norm_output: StableLmDecoderLayer.forward binds `hidden_states =
 //   self.input_layernorm(hidden_states)` and, in the sequential branch, runs
 //   `self.mlp(self.post_attention_layernorm(residual))` without rebinding it: the first norm's
@@ -111,7 +115,8 @@ constexpr FamilyActivations kFamilyActivations[] = {
      .mlp_norm_before_attention = true, .no_grad_four_scores = true},
     {.family = "bloom", .loop_keeps_attention_probs = true, .scores_locals_fp32 = true, .baddbmm_attention = true,
      .fused_qkv_local = true, .embedding_layernorm = true},
-    {.family = "gpt_neo", .qk_in_fp32 = true, .loop_keeps_attention_probs = true, .window_from_buffer = true},
+    {.family = "gpt_neo", .qk_in_fp32 = true, .loop_keeps_attention_probs = true, .window_from_buffer = true,
+     .block_keeps_attn_output = true},
     {.family = "gptj", .qk_in_fp32 = true, .loop_keeps_attention_probs = true},
     {.family = "codegen", .qk_in_fp32 = true, .v_view_of_fused_qkv = true, .v_view_max_heads = 4,
      .loop_keeps_attention_probs = true},
@@ -138,10 +143,14 @@ constexpr FamilyActivations kLlamaLike{};
 /// checkpointed layer, prefill): beyond hidden_live's four [T, h] (inputs_embeds, the layer input,
 /// the normed input and the residual add's output, which exists only at the end) it holds the
 /// fused query_key_value output [T, qkv] as a local beside the per-head copies reshape makes of q,
-/// k, v. The alibi baddbmm scores (compute dtype) and the masked scores (the mask's dtype, the
-/// residual's: fp32 under autocast) stay locals to the end; F.softmax(dtype=float32) copies a
-/// half input to fp32 first; `.to(dtype)` makes a half copy and frees the fp32 softmax (in fp32
-/// both are the softmax itself); every block returns its probabilities and BloomModel's loop
+/// k, v: `query_layer.reshape(batch_size * num_heads, -1, head_dim)` of the [b, heads, s, d]
+/// transposed view copies when b > 1; at micro-batch 1 dropping the batch dimension is a view, so
+/// q, k and v stay views of the fused output (measured, peak dump of tuning case
+/// bloom/h192-L2-V2048/lora-r16-qv/fp32/gc/eager/b1s1024/adafactor at the residual add: one fp32
+/// (1, 1024, 576) add and no (1, 1024, 6, 32) copy but _merge_heads' clone). The alibi baddbmm
+/// scores (compute dtype) and the masked scores (the mask's dtype, the residual's: fp32 under
+/// autocast) stay locals to the end; F.softmax(dtype=float32) copies a half input to fp32 first;
+/// `.to(dtype)` makes a half copy and frees the fp32 softmax (in fp32 both are the softmax itself); every block returns its probabilities and BloomModel's loop
 /// keeps `outputs` through the next block's forward. Moments: at the softmax (its fp32 input
 /// copy) or at the half copy, beside the previous block's probabilities; at the residual add,
 /// the probabilities plus the merged context (a reshape copy) and the dense output. Measured,
@@ -155,7 +164,7 @@ constexpr FamilyActivations kLlamaLike{};
 /// baddbmm, fp32 add and _softmax, two bf16 _to_copy, [2, 6, 384, 384] each.
 u64 bloom_attention_moment(u64 p, u64 residual, u64 qkv, u64 ow, u64 h, u64 heads, u64 tokens, u64 s) {
   const u64 softmax_in_copy = residual == 4 ? 0 : 4, half_copy = p == 4 ? 0 : p;
-  const u64 qkv_live = mul(2, p, qkv);
+  const u64 qkv_live = mul(tokens == s ? 1 : 2, p, qkv);  // tokens == s: micro-batch 1
   const u64 scores = add(add(p, residual), add(4, p));  // scores, masked, softmax, previous block's
   const u64 at_softmax = add(mul(tokens, sub_floor(qkv_live, mul(residual, h))),
                              mul(heads, add(scores, std::max(softmax_in_copy, half_copy)), tokens, s));
@@ -1869,9 +1878,22 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
   // it require one (Transformers' enable_input_require_grads for PEFT models); otherwise the
   // embedding dropout and Bloom's embedding LayerNorm (frozen) save nothing (measured,
   // gpt2/lora/fp32/nogc/eager: no embedding dropout noise alive at the loss backward).
+  // The noise is in the dtype of the dropout's input, the embedding output: the residual dtype,
+  // fp32 under autocast, which does not cast embeddings (measured, peak dump of tuning case
+  // gpt2/h192-L4-V4096/full/amp_bf16/gc/sdpa/b2s256/adamw at _log_softmax_backward_data: an fp32
+  // (2, 256, 192) empty_like noise beside the fp32 dropout output).
   const bool embeds_need_grad = r.task == Task::Full || r.gradient_checkpointing;
+  // With frozen embeddings that hook makes the embedding output a leaf requiring a gradient: its
+  // AccumulateGrad node holds it until the backward has run through it, so where the first layer
+  // reads something else (positions added, dropout) it is one more [T, h] alive through the whole
+  // step (measured, peak dumps of tuning cases gpt_bigcode/h192-L3-V4096/lora-r16-all/bf16/gc/
+  // sdpa/b2s256/adamw at the loss backward and gpt_neo/h256-L4-V2048/lora-r16-mlp/bf16/gc/eager/
+  // b3s192/adamw in the last layer's recomputation: a bf16 `embedding` [b, s, h] beside the
+  // dropout's noise and output)
+  if (r.task != Task::Full && r.gradient_checkpointing && (m.learned_positions || m.embedding_dropout > 0))
+    bytes = add(bytes, mul(tokens, d.residual, m.hidden));
   if (embeds_need_grad) {
-    bytes = add(bytes, mul(tokens, dropout_mask(m.embedding_dropout, r, d.compute), m.hidden));
+    bytes = add(bytes, mul(tokens, dropout_mask(m.embedding_dropout, r, d.residual), m.hidden));
     if (family_activations(m).embedding_layernorm) bytes = add(bytes, mul(add(mul(d.residual, m.hidden), 8), tokens));  // embedding LayerNorm
   }
   return bytes;

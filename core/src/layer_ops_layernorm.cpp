@@ -913,6 +913,19 @@ void add_embedding_dropout(OpList& l, const LayerSetup& s) {
 
 const FamilyLists kGptNeoxLists{&gpt_neox_layer, &gpt_neox_embedding, &layernorm_head,
                                 &edit_layernorm_input_needs_no_grad};
+/// LoRA under checkpointing: Transformers' enable_input_require_grads (a forward hook calling
+/// requires_grad_() on the frozen embedding's output) makes that output a leaf needing a gradient;
+/// its AccumulateGrad node holds it until the backward has run through it, after every layer [D].
+/// Where the first layer reads something else (positions added, dropout) it is a tensor of its own
+/// alive through the step (peak dumps of tuning cases gpt_bigcode/h192-L3-V4096/lora-r16-all/bf16/
+/// gc/sdpa/b2s256/adamw at the loss backward and gpt_neo/h256-L4-V2048/lora-r16-mlp/bf16/gc/eager/
+/// b3s192/adamw in the recomputation: a bf16 `embedding` [b, s, h] beside the dropout's output).
+namespace {
+void embedding_leaf_until_backward_end(OpList& l, const LayerSetup& s) {
+  if (!s.full && s.checkpointing) find_mut(l, "embed.out")->dies_after = "backward_end";
+}
+}  // namespace
+
 /// PhiModel [H]: embed_tokens, embed_dropout (p > 0: noise and output), rotary cos / sin over the
 /// rotary dims; eager attention reads one [b, 1, s, s] mask in the model dtype built for all layers
 /// (create_causal_mask), alive until the decoder stack returns and kept by every checkpoint (peak
@@ -923,6 +936,7 @@ OpList phi_embedding(const LayerSetup& s) {
   if (s.embd_dropout) {
     l.back().dies_after = "embed.dropped";
     add_embedding_dropout(l, s);
+    embedding_leaf_until_backward_end(l, s);
   }
   return l;
 }
@@ -943,6 +957,7 @@ OpList opt_embedding(const LayerSetup& s) {
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
   l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
+  embedding_leaf_until_backward_end(l, s);
   return l;
 }
 
@@ -958,6 +973,7 @@ OpList gpt2_embedding(const LayerSetup& s) {
     l.push_back(shared_mask());
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
   if (s.embd_dropout) add_embedding_dropout(l, s);
+  embedding_leaf_until_backward_end(l, s);
   return l;
 }
 
@@ -998,6 +1014,7 @@ OpList biogpt_embedding(const LayerSetup& s) {
     l.push_back(shared_mask());
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
   if (s.embd_dropout) add_embedding_dropout(l, s);
+  embedding_leaf_until_backward_end(l, s);
   return l;
 }
 

@@ -888,6 +888,8 @@ void run(Sink& sink, const StepSetup& s) {
       });
       free_shared(true);
       grad = backward(sink, emb, e, grad, wg);
+      for (size_t i = 0; i < emb_l.size(); ++i)  // a leaf its AccumulateGrad held (embedding_leaf_until_backward_end)
+        if (emb_l[i].dies_after == "backward_end" && e.ids[i] >= 0) sink.free(e.ids[i]), e.ids[i] = -1;
       if (micro == 0)
         for (int g : e.weight_grads) outer_grads.push_back(g);
       if (tied && !h.weight_grads.empty()) {
