@@ -99,12 +99,23 @@ u64 activation_saves(const std::string& act) {
 //   per-layer mask; its alibi path is not measured, so its row has only what both paths share.
 //   BLOOM (alibi by baddbmm) holds its raw and masked scores and the fused output, and normalises
 //   the word embedding.
+// - BERT (modeling_bert.py): BertEmbeddings sums the word, token-type and position embeddings and
+//   normalises the sum (embedding_layernorm); BertForMaskedLM's head runs
+//   BertPredictionHeadTransform (dense, act, LayerNorm) before the tied decoder (head_transform)
+//   and calls CrossEntropyLoss on the decoder's output as it is (loss_in_logits_dtype; Transformers'
+//   ForCausalLMLoss upcasts with logits.float()); a BERT tokenizer gives input_ids,
+//   token_type_ids and attention_mask (tokenizer_inputs). BertLayer normalises after each residual
+//   add (post_norm_layers: see post_norm_release). Measured, peak dumps of tuning cases
+//   bert/h128-L2-V1024/mlm/full/fp32/nogc/eager/b2s128/adamw (the embeddings' add and its
+//   LayerNorm statistics, the transform's addmm and gelu outputs alive at the loss backward) and
+//   .../mlm/full/bf16/gc/eager/... (data/measurements/cpu-suite-bert.jsonl).
 // clang-format off
 constexpr FamilyActivations kFamilyActivations[] = {
     {.family = "gpt2", .softmax_in_model_dtype = true, .probs_to_value_dtype = true, .block_keeps_attn_output = true},
     {.family = "gpt_bigcode", .block_keeps_attn_output = true},
     {.family = "biogpt", .softmax_in_model_dtype = true},
-    {.family = "bert", .softmax_in_model_dtype = true},
+    {.family = "bert", .softmax_in_model_dtype = true, .embedding_layernorm = true, .head_transform = true,
+     .loss_in_logits_dtype = true, .tokenizer_inputs = 3, .post_norm_layers = true},
     {.family = "falcon", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true, .scores_locals = true,
      .per_layer_mask = true, .mlp_norm_before_attention = true, .no_grad_four_scores = true, .fused_qkv_local = true},
     {.family = "falcon (alibi)", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true,
@@ -1521,6 +1532,23 @@ void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& ou
   out.attention_backward_unfused = unfused_attention;
 }
 
+/// Post-norm layers (BertLayer: LayerNorm(dropout(dense(x)) + residual) ends both blocks): the
+/// layer's last LayerNorm is the first node of its backward, so the input and statistics it saved
+/// are gone at every later moment of that backward. A pre-norm layer keeps as many norms, but its
+/// output-side one is the next layer's first norm, released only after this layer's backward
+/// (measured, peak dump of tuning case bert/h128-L2-V1024/cls/full/fp32/nogc/sdpa/b2s128/adamw in
+/// the last layer's output.dense backward: its second norm's add output and statistics gone, the
+/// other layers' alive).
+void post_norm_release(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  if (!L.fam.post_norm_layers) return;
+  const u64 last_norm = mul(w.in.first_norm, L.tokens);
+  out.mlp_backward_transient = sub_floor(out.mlp_backward_transient, last_norm);
+  out.mlp_backward_at_down = sub_floor(out.mlp_backward_at_down, last_norm);
+  out.attention_backward_transient = sub_floor(out.attention_backward_transient, last_norm);
+  out.attention_released = add(out.attention_released, last_norm);
+  if (out.mlp_norm_backward > 0) out.mlp_norm_backward = sub_floor(out.mlp_norm_backward, last_norm);
+}
+
 /// Autocast: the half gradient of the largest trained Linear, alive before its cast to the fp32 .grad.
 void autocast_half_gradient(const Layer& L, LayerActivations& out) {
   const LayerGroup& g = L.g;
@@ -1672,6 +1700,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   forward_moments(L, w, out);
   mlp_backward(L, w, out);
   attention_backward(L, w, out);
+  post_norm_release(L, w, out);
   // Backward transient: gradients flowing through the residual stream (in and out) plus the
   // larger of the MLP intermediate gradients (while all of the layer's tensors are still saved)
   // and the attention gradients (by then the MLP's saved tensors have been released).
@@ -1785,12 +1814,21 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
     return trl_fused_head(m, r, saved, head_trainable, tokens);
   if (fw.loss == LossKind::ChunkedRows) return chunked_rows_head(m, r, saved, head_trainable, tokens, fw.loss_chunk_tokens);
   if (head_trainable) saved = add(saved, mul(d.amp ? 2 : d.residual, h));
+  const FamilyActivations& fam = family_activations(m);
+  // BertPredictionHeadTransform before the decoder: the dense output (the activation's saved
+  // input), the activation's output (the LayerNorm's input, at the residual width: its fp32 cast
+  // under autocast) and, for a trained dense weight, the dense's input (the saved norm input above
+  // is then the transform's LayerNorm input, its output the decoder's).
+  if (fam.head_transform)
+    saved = add(saved, add(mul(activation_saves(m.activation), p, h), head_trainable ? mul(d.amp ? 2 : d.residual, h) : 0));
   const u64 logits_bytes = (m.logits_fp32_in_model || p == 4) ? 4 : p;
   out.held_logits = mul(tokens, logits_bytes, v);
   if (m.final_logit_softcapping) saved = add(saved, mul(p, v));  // tanh output
   // ForCausalLMLoss: logits.float() (a copy unless already fp32), then cross_entropy keeps the
-  // fp32 log-softmax output and the shifted labels (int64).
-  const u64 upcast = logits_bytes == 4 ? 0 : 4;
+  // fp32 log-softmax output and the shifted labels (int64). A loss on the logits as they are
+  // runs in their dtype, except under autocast, which casts cross_entropy's input to fp32.
+  const u64 loss_bytes = fam.loss_in_logits_dtype && !d.amp ? logits_bytes : 4;
+  const u64 upcast = logits_bytes == loss_bytes ? 0 : loss_bytes;
   if (r.runtime.compile && r.runtime.loss_chunks > 1) {
     // compiled chunked loss (torchtune compiles its CEWithChunkedOutputLoss): one fused kernel
     // per chunk keeps the logits themselves and the fp32 log-sum-exp per token, and writes the
@@ -1801,11 +1839,11 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
     out.loss_backward_peak = mul(tokens, logits_bytes, v);
     return out;
   }
-  out.saved = add(mul(tokens, add(saved, 8)), mul(tokens, 4, v));
+  out.saved = add(mul(tokens, add(saved, 8)), mul(tokens, loss_bytes, v));
   out.loss_forward_peak = mul(tokens, upcast, v);
   // Backward: the dense gradient of the log-softmax output (from nll_loss) and the gradient of
   // its input, while the saved output is still alive.
-  out.loss_backward_peak = mul(tokens, 8, v);
+  out.loss_backward_peak = mul(tokens, mul(2, loss_bytes), v);
   return out;
 }
 
@@ -1833,7 +1871,11 @@ u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
   const Dtypes d = dtypes_for(r);
   const u64 tokens = mul(batch, seq);
-  u64 bytes = mul(tokens, 8);  // input ids (int64); labels are the same tensor
+  // The tokenizer's int64 columns (input ids; BERT's also token_type_ids and attention_mask).
+  // Causal LM labels are the ids tensor; a masked LM's are a masked copy
+  // (DataCollatorForLanguageModeling); a classifier's, one per sequence.
+  const bool masked_lm_labels = !m.causal && m.lm_head.out > 16 && r.task != Task::Inference;
+  u64 bytes = mul(tokens, 8, family_activations(m).tokenizer_inputs + (masked_lm_labels ? 1 : 0));
   const bool rotary = !m.learned_positions && !m.alibi;
   // cos and sin [1, s, rotary_dim] (position_ids default to one row shared by the batch)
   const u64 rope_elem = module_impl(r).rope_bytes ? module_impl(r).rope_bytes : mul(2, d.compute);  // per (position, rotary dim)

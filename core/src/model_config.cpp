@@ -829,6 +829,8 @@ void build_bert(Builder& b, const std::string& head) {
   m.embedding_dropout = m.hidden_dropout;
   m.embedding_params = mul(m.vocab, h);
   m.position_params = mul(add(m.max_positions, r.size_or({"type_vocab_size"}, 2)), h);
+  // BertEmbeddings registers position_ids and token_type_ids, int64 [1, max_positions] each
+  m.buffer_bytes = mul(2, m.max_positions, 8);
   LayerGroup g;
   g.count = m.layers;
   g.mlp_intermediate = inter;
