@@ -115,7 +115,8 @@ constexpr FamilyActivations kFamilyActivations[] = {
     {.family = "gpt_bigcode", .block_keeps_attn_output = true},
     {.family = "biogpt", .softmax_in_model_dtype = true},
     {.family = "bert", .softmax_in_model_dtype = true, .embedding_layernorm = true, .head_transform = true,
-     .loss_in_logits_dtype = true, .tokenizer_inputs = 3, .post_norm_layers = true},
+     .loss_in_logits_dtype = true, .tokenizer_inputs = 3, .post_norm_layers = true,
+     .inputs_embeds_apart = true},
     {.family = "falcon", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true, .scores_locals = true,
      .per_layer_mask = true, .mlp_norm_before_attention = true, .no_grad_four_scores = true, .fused_qkv_local = true},
     {.family = "falcon (alibi)", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true,
@@ -621,6 +622,14 @@ struct AttentionKernel {
 // gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
 // softmax(dtype=combined_logits.dtype) in the model dtype.
 bool eager_softmax_in_fp32(const Layer& L) { return !L.fam.softmax_in_model_dtype && !L.m.attention_sinks; }
+/// Autocast over eager scores the model does not upcast itself: are they fp32 at the softmax?
+/// CUDA autocast lists softmax among its fp32 ops; CPU autocast does not (its fp32 list has the
+/// losses, not softmax), and there the scores become fp32 only by adding the model's 4-D mask,
+/// which is in the fp32 residual dtype: always for causal models; an encoder fed no padding gets
+/// no mask (masking_utils create_bidirectional_mask returns None) and its scores stay half
+/// (measured, tuning cases bert/h128-L2-V1024/{mlm,cls}/full/amp_bf16/nogc/eager/b2s128/adamw:
+/// bf16 _softmax, empty_like and mul [2, 4, 128, 128] per layer).
+bool amp_scores_fp32(const Layer& L) { return L.d.amp && (L.r.device != Device::Cpu || L.m.causal); }
 
   // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
   // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
@@ -742,7 +751,7 @@ u64 eager_probabilities(const Layer& L, Kept& kept) {
     if (fp32_softmax && p != 4) probs = sub_floor(probs, p);
     probs = add(probs, add(dropout_mask(m.attention_dropout, r, p), p));
   }
-  if (d.amp && !fp32_softmax) {
+  if (amp_scores_fp32(L) && !fp32_softmax) {
     // autocast runs softmax in fp32 (the autocast fp32 op list) even where the model does not
     // upcast: softmax keeps its fp32 output, and the PV matmul keeps a half copy of the (dropped)
     // probabilities. Dropout works on fp32 (keeping an fp32 mask; the matmul's cast is the copy),
@@ -791,9 +800,9 @@ void eager_score_moments(const Layer& L, u64 probs, AttentionKernel& ak) {
   // With dropout the moment before is dropout's backward: the softmax output, the mask and
   // two gradients in dropout's dtype.
   {
-    const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
+    const u64 sm = (fp32_softmax || amp_scores_fp32(L)) ? 4 : p;
     const u64 capped = m.attn_logit_softcapping ? p : 0;
-    const u64 drop_dtype = (d.amp && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
+    const u64 drop_dtype = (amp_scores_fp32(L) && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
     u64 worst = add(capped, mul(3, sm));
     if (m.attention_dropout > 0)
       worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
@@ -1908,6 +1917,17 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
     bytes = add(bytes, mul(tokens, dropout_mask(m.embedding_dropout, r, d.compute), m.hidden));
     if (family_activations(m).embedding_layernorm) bytes = add(bytes, mul(add(mul(d.residual, m.hidden), 8), tokens));  // embedding LayerNorm
   }
+  // Frozen embeddings under checkpointing: enable_input_require_grads makes the word-embedding
+  // output a leaf that requires grad, and its AccumulateGrad node keeps it to the end of the
+  // backward. Where that leaf is the first layer's input it is counted as that layer's
+  // checkpointed input; BertEmbeddings adds the token-type and position embeddings and normalises
+  // first, so the leaf is one more [T, h] (measured, peak dump of tuning case
+  // bert/h128-L2-V1024/mlm/lora-r16-all/bf16/gc/eager/b2s128/adamw: a bf16 embedding output
+  // beside the add, noise and dropout output in the last layer's recomputed backward). GPT-2 and
+  // BLOOM also transform it before their first layer; their rows leave this off (their tuning
+  // cases are within 2 % as they are and were not re-examined for it).
+  if (family_activations(m).inputs_embeds_apart && r.gradient_checkpointing && r.task != Task::Full)
+    bytes = add(bytes, mul(tokens, d.residual, m.hidden));
   return bytes;
 }
 
