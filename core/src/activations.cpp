@@ -23,6 +23,7 @@
 
 #include "bitsandbytes.hpp"
 #include "frameworks.hpp"
+#include "states.hpp"
 
 #include <algorithm>
 #include <set>
@@ -1828,8 +1829,15 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
   // input), the activation's output (the LayerNorm's input, at the residual width: its fp32 cast
   // under autocast) and, for a trained dense weight, the dense's input (the saved norm input above
   // is then the transform's LayerNorm input, its output the decoder's).
-  if (fam.head_transform)
+  if (fam.head_transform) {
     saved = add(saved, add(mul(activation_saves(m.activation), p, h), head_trainable ? mul(d.amp ? 2 : d.residual, h) : 0));
+    // A LoRA adapter on the frozen transform dense: lora_A keeps its input cast to the adapter's
+    // dtype (fp32; a half copy under autocast), lora_B the rank-r output.
+    const bool adapted = (r.task == Task::Lora || r.task == Task::Qlora) && !m.outer_linears.empty() &&
+                         lora_targets(r, m.outer_linears.front().name);
+    const u64 adapter_elem = d.amp ? 2 : (r.lora.adapter_bytes ? r.lora.adapter_bytes : 4);
+    if (adapted && !head_trainable) saved = add(saved, mul(adapter_elem, add(h, r.lora.rank)));
+  }
   const u64 logits_bytes = (m.logits_fp32_in_model || p == 4) ? 4 : p;
   out.held_logits = mul(tokens, logits_bytes, v);
   if (m.final_logit_softcapping) saved = add(saved, mul(p, v));  // tanh output

@@ -275,7 +275,12 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
     // dropouts of its q/k/v adapters keep a mask (measured, llama-tiny all-linear lora_dropout 0.1:
     // no noise saved by layer 0's q/k/v lora_dropout; saved_tensors_hooks per module)
     if (role.embedding && runs.size() == 1 && !gc && r.task != Task::Full && !m.groups[i].frozen) {
-      A = sub_floor(A, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
+      // (A post-norm layer's norms read residual sums that need a gradient through the adapters:
+      // BERT's embedding LayerNorm is the one over the embedding output, counted apart; measured,
+      // tuning case bert/h128-L2-V1024/mlm/lora-r16-all/fp32/nogc/sdpa/b2s128/adamw: both
+      // LayerNorms of layer 0 keep their input and statistics at the loss backward)
+      const u64 first_norm = family_activations(m).post_norm_layers ? 0 : la.first_norm;
+      A = sub_floor(A, mul(in_flight, add(first_norm, la.first_qk_unkept)));
       // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
       // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
       // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)
