@@ -12,6 +12,9 @@ by torchrun) on stdout, or appended to --output.  Progress/logs go to stderr.
 Request schema (see validate/README in NOTES.md):
   model: {"config": {...}} | {"id": "org/name"} (-> data/configs/org--name.json)
          | {"config_path": "relative/or/absolute.json"}
+         (+ "head" for encoders, ENCODER_MODEL_TYPES: "lm" -> AutoModelForMaskedLM with MLM labels,
+         "classification" -> AutoModelForSequenceClassification, "auto" -> the config's architectures;
+         fed a BERT tokenizer's columns, training_batch; decoders: AutoModelForCausalLM, labels = ids)
   task: full | lora | qlora | inference   (qlora: from_pretrained + BitsAndBytesConfig on a random-weight
         checkpoint, bitsandbytes' CPU backend on CPU; quantization nf4 | nf4_double | fp4 | int8;
         runtime.prepare_kbit (default true): PEFT prepare_model_for_kbit_training)
