@@ -373,7 +373,7 @@ LORA_TASK_TYPE = {"causal_lm": "CAUSAL_LM", "masked_lm": None, "classification":
 
 def model_head(req) -> str:
     model = req.get("model") or {}
-    cfg = model.get("config") or {}
+    cfg = model.get("config") or (resolve_config(model) if model else {})
     if cfg.get("model_type") not in ENCODER_MODEL_TYPES:
         return "causal_lm"
     head = model.get("head", "auto")

@@ -25,6 +25,8 @@ def test_heads_follow_the_estimator():
     assert workload.model_head(req("bert", arch="BertForSequenceClassification")) == "classification"
     assert workload.model_head(req("bert", head="lm", arch="BertForSequenceClassification")) == "masked_lm"
     assert workload.model_head(req("bert", head="classification")) == "classification"
+    bert_file = {"model": {"config_path": "data/validation/tiny_configs/bert-tiny.json"}}
+    assert workload.model_head(bert_file) == "masked_lm"
 
 
 def test_batches():
