@@ -157,6 +157,10 @@ FAMILIES = {
         hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=4, vocab_size=VOCAB, max_position_embeddings=512),
         "MHA 32:32 -> 4:4; q/k norms over all heads and post-norms kept; intermediate/hidden ~2.7 as the original"),
+    "bert": ("google-bert--bert-large-uncased.json", {}, dict(
+        hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=VOCAB, gradient_checkpointing=None),
+        "encoder (BertForMaskedLM as the original; validate/workload.py builds it with AutoModelForMaskedLM); 16 heads of 64 -> 4 heads of 32; intermediate/hidden 4 as the original; hidden and attention dropout 0.1 kept; 512 positions and 2 token types kept; the legacy gradient_checkpointing key dropped (as for gptj)"),
     # ---- families without an authentic file in data/configs: transformers config-class field names
     "starcoder2": (None, {}, dict(
         model_type="starcoder2", architectures=["Starcoder2ForCausalLM"], hidden_size=128,

@@ -12,6 +12,9 @@ by torchrun) on stdout, or appended to --output.  Progress/logs go to stderr.
 Request schema (see validate/README in NOTES.md):
   model: {"config": {...}} | {"id": "org/name"} (-> data/configs/org--name.json)
          | {"config_path": "relative/or/absolute.json"}
+         (+ "head" for encoders, ENCODER_MODEL_TYPES: "lm" -> AutoModelForMaskedLM with MLM labels,
+         "classification" -> AutoModelForSequenceClassification, "auto" -> the config's architectures;
+         fed a BERT tokenizer's columns, training_batch; decoders: AutoModelForCausalLM, labels = ids)
   task: full | lora | qlora | inference   (qlora: from_pretrained + BitsAndBytesConfig on a random-weight
         checkpoint, bitsandbytes' CPU backend on CPU; quantization nf4 | nf4_double | fp4 | int8;
         runtime.prepare_kbit (default true): PEFT prepare_model_for_kbit_training)
@@ -357,15 +360,38 @@ def find_decoder_layers(model) -> List[torch.nn.Module]:
     return list(best) if best is not None else []
 
 
+# Encoder-only model types: the head is a masked-LM or a sequence-classification head, chosen as
+# memfit's estimator chooses it (core/src/model_config.cpp build_bert): the request's model.head
+# ("classification" | "lm"), or with "auto" the config's architectures entry. Decoders: causal LM.
+ENCODER_MODEL_TYPES = {"bert"}
+AUTO_CLASS = {"causal_lm": "AutoModelForCausalLM", "masked_lm": "AutoModelForMaskedLM",
+              "classification": "AutoModelForSequenceClassification"}
+# PEFT task type per head (classification: PEFT's SEQ_CLS also trains a copy of the classifier;
+# PEFT has no masked-LM task type, so the LoRA model is a plain PeftModel)
+LORA_TASK_TYPE = {"causal_lm": "CAUSAL_LM", "masked_lm": None, "classification": "SEQ_CLS"}
+
+
+def model_head(req) -> str:
+    model = req.get("model") or {}
+    cfg = model.get("config") or (resolve_config(model) if model else {})
+    if cfg.get("model_type") not in ENCODER_MODEL_TYPES:
+        return "causal_lm"
+    head = model.get("head", "auto")
+    arch = (cfg.get("architectures") or [""])[0]
+    classify = head == "classification" or (head == "auto" and arch.endswith("ForSequenceClassification"))
+    return "classification" if classify else "masked_lm"
+
+
 def build_model(req, cfg_dict, device, dtype, attn):
-    from transformers import AutoModelForCausalLM
+    import transformers
+    auto_class = getattr(transformers, AUTO_CLASS[model_head(req)])
     config = build_config(cfg_dict)
     kwargs = {"dtype": dtype}
     if attn:
         kwargs["attn_implementation"] = attn
     try:
         with torch.device(device):
-            model = AutoModelForCausalLM.from_config(config, **kwargs)
+            model = auto_class.from_config(config, **kwargs)
     except ValueError as e:
         if "does not support an attention implementation" in str(e) or "attn_implementation" in str(e):
             raise Unsupported(f"attention {attn!r} not supported by {config.model_type} in transformers "
@@ -476,7 +502,7 @@ def apply_lora(model, req):
     targets = lo.get("targets", ["q_proj", "v_proj"])
     cfg = LoraConfig(r=int(lo.get("rank", 16)), lora_alpha=float(lo.get("alpha", 2 * int(lo.get("rank", 16)))),
                      target_modules=targets, lora_dropout=lora_dropout(req),
-                     bias="none", task_type="CAUSAL_LM")
+                     bias="none", task_type=LORA_TASK_TYPE[model_head(req)])
     return get_peft_model(model, cfg)
 
 
@@ -914,7 +940,11 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
     if precision == "amp_fp16":
         scaler = torch.amp.GradScaler(device.type)
         setup["grad_scaler"] = True
-    vocab = int(getattr(model.config if hasattr(model, "config") else model.module.config, "vocab_size", 1000))
+    model_config = model.config if hasattr(model, "config") else model.module.config
+    vocab = int(getattr(model_config, "vocab_size", 1000))
+    head, num_labels = model_head(req), int(getattr(model_config, "num_labels", 2))
+    if head != "causal_lm":
+        setup["batch"] = ENCODER_BATCH[head]
     g = torch.Generator(device="cpu").manual_seed(int(req.get("seed", 1234)))
     for step in range(1, n_steps + 1):
         sp = f"step{step}"
@@ -922,15 +952,16 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
             for micro in range(gas):
                 with meter.phase(f"{sp}.batch", "input"):
                     ids = torch.randint(0, vocab, (mbs, seq), generator=g).to(device)
+                    batch = training_batch(head, ids, g, num_labels)
                     if tr is not None:
-                        tr.track_tensors([ids], "input")
+                        tr.track_tensors(list(batch.values()), "input")
                 logged = isinstance(tr, TensorLogTracker) and step == 1 and micro == 0
                 if logged:
                     tr.start(-1)
                     tr.logging = True
                 with meter.phase(f"{sp}.forward", "activation"):
                     with _autocast(device, precision):
-                        out = model(input_ids=ids, labels=ids, use_cache=False)
+                        out = model(**batch)
                     loss = out.loss / gas if gas > 1 else out.loss
                     del out  # drop logits reference held by the output object (Trainer keeps only loss)
                 if logged:
@@ -944,7 +975,7 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
                         tr.track_grads(model)
                 if logged:
                     tr.logging = False
-                del loss, ids
+                del loss, ids, batch
             with meter.phase(f"{sp}.optimizer", "optimizer_temp"):
                 if scaler is not None:
                     scaler.step(opt)
@@ -958,6 +989,29 @@ def run_training(req, model, device, dtype, precision, meter, setup, dist_ctx, m
         if dist_ctx.initialized:
             dist_ctx.barrier()
     del opt
+
+
+# What HF Trainer feeds an encoder: a BERT tokenizer's columns for unpadded sequences (attention_mask
+# all ones, token_type_ids all zeros) and the labels of the head's usual collator.
+ENCODER_BATCH = {
+    "masked_lm": "input_ids, token_type_ids (zeros), attention_mask (ones), labels: a copy of input_ids with -100 "
+                 "outside a random 15 % of positions (DataCollatorForLanguageModeling, mlm_probability 0.15)",
+    "classification": "input_ids, token_type_ids (zeros), attention_mask (ones), labels: one class id per sequence",
+}
+MLM_PROBABILITY = 0.15
+
+
+def training_batch(head, ids, g, num_labels):
+    """The forward's keyword arguments for one micro-batch of random token ids."""
+    if head == "causal_lm":
+        return {"input_ids": ids, "labels": ids, "use_cache": False}
+    batch = {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": torch.ones_like(ids)}
+    if head == "masked_lm":
+        chosen = torch.rand(ids.shape, generator=g) < MLM_PROBABILITY
+        batch["labels"] = ids.masked_fill(~chosen.to(ids.device), -100)
+    else:
+        batch["labels"] = torch.randint(0, num_labels, (ids.shape[0],), generator=g).to(ids.device)
+    return batch
 
 
 def run_inference(req, model, device, dtype, precision, meter, setup):

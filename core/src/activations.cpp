@@ -23,6 +23,7 @@
 
 #include "bitsandbytes.hpp"
 #include "frameworks.hpp"
+#include "states.hpp"
 
 #include <algorithm>
 #include <set>
@@ -103,12 +104,24 @@ u64 activation_saves(const std::string& act) {
 //   per-layer mask; its alibi path is not measured, so its row has only what both paths share.
 //   BLOOM (alibi by baddbmm) holds its raw and masked scores and the fused output, and normalises
 //   the word embedding.
+// - BERT (modeling_bert.py): BertEmbeddings sums the word, token-type and position embeddings and
+//   normalises the sum (embedding_layernorm); BertForMaskedLM's head runs
+//   BertPredictionHeadTransform (dense, act, LayerNorm) before the tied decoder (head_transform)
+//   and calls CrossEntropyLoss on the decoder's output as it is (loss_in_logits_dtype; Transformers'
+//   ForCausalLMLoss upcasts with logits.float()); a BERT tokenizer gives input_ids,
+//   token_type_ids and attention_mask (tokenizer_inputs). BertLayer normalises after each residual
+//   add (post_norm_layers: see post_norm_release). Measured, peak dumps of tuning cases
+//   bert/h128-L2-V1024/mlm/full/fp32/nogc/eager/b2s128/adamw (the embeddings' add and its
+//   LayerNorm statistics, the transform's addmm and gelu outputs alive at the loss backward) and
+//   .../mlm/full/bf16/gc/eager/... (data/measurements/cpu-suite-bert.jsonl).
 // clang-format off
 constexpr FamilyActivations kFamilyActivations[] = {
     {.family = "gpt2", .softmax_in_model_dtype = true, .probs_to_value_dtype = true, .block_keeps_attn_output = true},
     {.family = "gpt_bigcode", .block_keeps_attn_output = true},
     {.family = "biogpt", .softmax_in_model_dtype = true},
-    {.family = "bert", .softmax_in_model_dtype = true},
+    {.family = "bert", .softmax_in_model_dtype = true, .embedding_layernorm = true, .head_transform = true,
+     .loss_in_logits_dtype = true, .tokenizer_inputs = 3, .post_norm_layers = true,
+     .inputs_embeds_apart = true},
     {.family = "falcon", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true, .scores_locals = true,
      .per_layer_mask = true, .mlp_norm_before_attention = true, .no_grad_four_scores = true, .fused_qkv_local = true},
     {.family = "falcon (alibi)", .loop_keeps_attention_probs = true, .softmax_in_model_dtype = true,
@@ -619,6 +632,14 @@ struct AttentionKernel {
 // gpt-oss's eager attention (modeling_gpt_oss.py eager_attention_forward) runs
 // softmax(dtype=combined_logits.dtype) in the model dtype.
 bool eager_softmax_in_fp32(const Layer& L) { return !L.fam.softmax_in_model_dtype && !L.m.attention_sinks; }
+/// Autocast over eager scores the model does not upcast itself: are they fp32 at the softmax?
+/// CUDA autocast lists softmax among its fp32 ops; CPU autocast does not (its fp32 list has the
+/// losses, not softmax), and there the scores become fp32 only by adding the model's 4-D mask,
+/// which is in the fp32 residual dtype: always for causal models; an encoder fed no padding gets
+/// no mask (masking_utils create_bidirectional_mask returns None) and its scores stay half
+/// (measured, tuning cases bert/h128-L2-V1024/{mlm,cls}/full/amp_bf16/nogc/eager/b2s128/adamw:
+/// bf16 _softmax, empty_like and mul [2, 4, 128, 128] per layer).
+bool amp_scores_fp32(const Layer& L) { return L.d.amp && (L.r.device != Device::Cpu || L.m.causal); }
 
   // What is alive as _scaled_dot_product_attention_math (aten/src/ATen/native/transformers/
   // attention.cpp) returns: the attention input (a local of the layer, when no consumer keeps
@@ -722,7 +743,6 @@ void eager_qkv_kept(const Layer& L, const Qkv& qkv, Kept& kept, AttentionKernel&
 u64 eager_probabilities(const Layer& L, Kept& kept) {
   const ModelSpec& m = L.m;
   const Request& r = L.r;
-  const Dtypes& d = L.d;
   const u64 p = L.p, a = L.a;
   const FamilyActivations& fam = L.fam;
   const bool fp32_softmax = eager_softmax_in_fp32(L);
@@ -740,7 +760,7 @@ u64 eager_probabilities(const Layer& L, Kept& kept) {
     if (fp32_softmax && p != 4) probs = sub_floor(probs, p);
     probs = add(probs, add(dropout_mask(m.attention_dropout, r, p), p));
   }
-  if (d.amp && !fp32_softmax) {
+  if (amp_scores_fp32(L) && !fp32_softmax) {
     // autocast runs softmax in fp32 (the autocast fp32 op list) even where the model does not
     // upcast: softmax keeps its fp32 output, and the PV matmul keeps a half copy of the (dropped)
     // probabilities. Dropout works on fp32 (keeping an fp32 mask; the matmul's cast is the copy),
@@ -789,9 +809,9 @@ void eager_score_moments(const Layer& L, u64 probs, AttentionKernel& ak) {
   // With dropout the moment before is dropout's backward: the softmax output, the mask and
   // two gradients in dropout's dtype.
   {
-    const u64 sm = (fp32_softmax || d.amp) ? 4 : p;
+    const u64 sm = (fp32_softmax || amp_scores_fp32(L)) ? 4 : p;
     const u64 capped = m.attn_logit_softcapping ? p : 0;
-    const u64 drop_dtype = (d.amp && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
+    const u64 drop_dtype = (amp_scores_fp32(L) && !fp32_softmax && !fam.probs_to_value_dtype) ? 4 : p;
     u64 worst = add(capped, mul(3, sm));
     if (m.attention_dropout > 0)
       worst = std::max(worst, add(add(capped, sm), add(dropout_mask(m.attention_dropout, r, drop_dtype), mul(2, drop_dtype))));
@@ -1540,6 +1560,23 @@ void attention_backward(const Layer& L, const LayerWalk& w, LayerActivations& ou
   out.attention_backward_unfused = unfused_attention;
 }
 
+/// Post-norm layers (BertLayer: LayerNorm(dropout(dense(x)) + residual) ends both blocks): the
+/// layer's last LayerNorm is the first node of its backward, so the input and statistics it saved
+/// are gone at every later moment of that backward. A pre-norm layer keeps as many norms, but its
+/// output-side one is the next layer's first norm, released only after this layer's backward
+/// (measured, peak dump of tuning case bert/h128-L2-V1024/cls/full/fp32/nogc/sdpa/b2s128/adamw in
+/// the last layer's output.dense backward: its second norm's add output and statistics gone, the
+/// other layers' alive).
+void post_norm_release(const Layer& L, const LayerWalk& w, LayerActivations& out) {
+  if (!L.fam.post_norm_layers) return;
+  const u64 last_norm = mul(w.in.first_norm, L.tokens);
+  out.mlp_backward_transient = sub_floor(out.mlp_backward_transient, last_norm);
+  out.mlp_backward_at_down = sub_floor(out.mlp_backward_at_down, last_norm);
+  out.attention_backward_transient = sub_floor(out.attention_backward_transient, last_norm);
+  out.attention_released = add(out.attention_released, last_norm);
+  if (out.mlp_norm_backward > 0) out.mlp_norm_backward = sub_floor(out.mlp_norm_backward, last_norm);
+}
+
 /// Autocast: the half gradient of the largest trained Linear, alive before its cast to the fp32 .grad.
 void autocast_half_gradient(const Layer& L, LayerActivations& out) {
   const LayerGroup& g = L.g;
@@ -1691,6 +1728,7 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
   forward_moments(L, w, out);
   mlp_backward(L, w, out);
   attention_backward(L, w, out);
+  post_norm_release(L, w, out);
   // Backward transient: gradients flowing through the residual stream (in and out) plus the
   // larger of the MLP intermediate gradients (while all of the layer's tensors are still saved)
   // and the attention gradients (by then the MLP's saved tensors have been released).
@@ -1804,12 +1842,28 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
     return trl_fused_head(m, r, saved, head_trainable, tokens);
   if (fw.loss == LossKind::ChunkedRows) return chunked_rows_head(m, r, saved, head_trainable, tokens, fw.loss_chunk_tokens);
   if (head_trainable) saved = add(saved, mul(d.amp ? 2 : d.residual, h));
+  const FamilyActivations& fam = family_activations(m);
+  // BertPredictionHeadTransform before the decoder: the dense output (the activation's saved
+  // input), the activation's output (the LayerNorm's input, at the residual width: its fp32 cast
+  // under autocast) and, for a trained dense weight, the dense's input (the saved norm input above
+  // is then the transform's LayerNorm input, its output the decoder's).
+  if (fam.head_transform) {
+    saved = add(saved, add(mul(activation_saves(m.activation), p, h), head_trainable ? mul(d.amp ? 2 : d.residual, h) : 0));
+    // A LoRA adapter on the frozen transform dense: lora_A keeps its input cast to the adapter's
+    // dtype (fp32; a half copy under autocast), lora_B the rank-r output.
+    const bool adapted = (r.task == Task::Lora || r.task == Task::Qlora) && !m.outer_linears.empty() &&
+                         lora_targets(r, m.outer_linears.front().name);
+    const u64 adapter_elem = d.amp ? 2 : (r.lora.adapter_bytes ? r.lora.adapter_bytes : 4);
+    if (adapted && !head_trainable) saved = add(saved, mul(adapter_elem, add(h, r.lora.rank)));
+  }
   const u64 logits_bytes = (m.logits_fp32_in_model || p == 4) ? 4 : p;
   out.held_logits = mul(tokens, logits_bytes, v);
   if (m.final_logit_softcapping) saved = add(saved, mul(p, v));  // tanh output
   // ForCausalLMLoss: logits.float() (a copy unless already fp32), then cross_entropy keeps the
-  // fp32 log-softmax output and the shifted labels (int64).
-  const u64 upcast = logits_bytes == 4 ? 0 : 4;
+  // fp32 log-softmax output and the shifted labels (int64). A loss on the logits as they are
+  // runs in their dtype, except under autocast, which casts cross_entropy's input to fp32.
+  const u64 loss_bytes = fam.loss_in_logits_dtype && !d.amp ? logits_bytes : 4;
+  const u64 upcast = logits_bytes == loss_bytes ? 0 : loss_bytes;
   if (r.runtime.compile && r.runtime.loss_chunks > 1) {
     // compiled chunked loss (torchtune compiles its CEWithChunkedOutputLoss): one fused kernel
     // per chunk keeps the logits themselves and the fp32 log-sum-exp per token, and writes the
@@ -1820,11 +1874,11 @@ HeadActivations head_activations(const ModelSpec& m, const Request& r, bool head
     out.loss_backward_peak = mul(tokens, logits_bytes, v);
     return out;
   }
-  out.saved = add(mul(tokens, add(saved, 8)), mul(tokens, 4, v));
+  out.saved = add(mul(tokens, add(saved, 8)), mul(tokens, loss_bytes, v));
   out.loss_forward_peak = mul(tokens, upcast, v);
   // Backward: the dense gradient of the log-softmax output (from nll_loss) and the gradient of
   // its input, while the saved output is still alive.
-  out.loss_backward_peak = mul(tokens, 8, v);
+  out.loss_backward_peak = mul(tokens, mul(2, loss_bytes), v);
   return out;
 }
 
@@ -1852,7 +1906,11 @@ u64 eager_mask_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
 u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 seq) {
   const Dtypes d = dtypes_for(r);
   const u64 tokens = mul(batch, seq);
-  u64 bytes = mul(tokens, 8);  // input ids (int64); labels are the same tensor
+  // The tokenizer's int64 columns (input ids; BERT's also token_type_ids and attention_mask).
+  // Causal LM labels are the ids tensor; a masked LM's are a masked copy
+  // (DataCollatorForLanguageModeling); a classifier's, one per sequence.
+  const bool masked_lm_labels = !m.causal && m.lm_head.out > 16 && r.task != Task::Inference;
+  u64 bytes = mul(tokens, 8, family_activations(m).tokenizer_inputs + (masked_lm_labels ? 1 : 0));
   const bool rotary = !m.learned_positions && !m.alibi;
   // cos and sin [1, s, rotary_dim] (position_ids default to one row shared by the batch)
   const u64 rope_elem = module_impl(r).rope_bytes ? module_impl(r).rope_bytes : mul(2, d.compute);  // per (position, rotary dim)
@@ -1896,6 +1954,17 @@ u64 shared_forward_bytes(const ModelSpec& m, const Request& r, u64 batch, u64 se
     bytes = add(bytes, mul(tokens, dropout_mask(m.embedding_dropout, r, d.residual), m.hidden));
     if (family_activations(m).embedding_layernorm) bytes = add(bytes, mul(add(mul(d.residual, m.hidden), 8), tokens));  // embedding LayerNorm
   }
+  // Frozen embeddings under checkpointing: enable_input_require_grads makes the word-embedding
+  // output a leaf that requires grad, and its AccumulateGrad node keeps it to the end of the
+  // backward. Where that leaf is the first layer's input it is counted as that layer's
+  // checkpointed input; BertEmbeddings adds the token-type and position embeddings and normalises
+  // first, so the leaf is one more [T, h] (measured, peak dump of tuning case
+  // bert/h128-L2-V1024/mlm/lora-r16-all/bf16/gc/eager/b2s128/adamw: a bf16 embedding output
+  // beside the add, noise and dropout output in the last layer's recomputed backward). GPT-2 and
+  // BLOOM also transform it before their first layer; their rows leave this off (their tuning
+  // cases are within 2 % as they are and were not re-examined for it).
+  if (family_activations(m).inputs_embeds_apart && r.gradient_checkpointing && r.task != Task::Full)
+    bytes = add(bytes, mul(tokens, d.residual, m.hidden));
   return bytes;
 }
 

@@ -56,6 +56,11 @@ struct FamilyActivations {
   bool baddbmm_attention = false;        ///< alibi scores by baddbmm (bloom_attention_moment)
   bool fused_qkv_local = false;          ///< attention keeps query_key_value's output as a local
   bool embedding_layernorm = false;      ///< a LayerNorm right after the word embedding
+  bool head_transform = false;           ///< the LM head runs dense + activation + LayerNorm before the decoder
+  bool loss_in_logits_dtype = false;     ///< cross-entropy on the logits as they are (no fp32 upcast)
+  u64 tokenizer_inputs = 1;              ///< int64 [b, s] tensors of the tokenizer the model reads
+  bool post_norm_layers = false;         ///< LayerNorm after each residual add (the layer's last node)
+  bool inputs_embeds_apart = false;      ///< the word-embedding output is not the first layer's input
 };
 /// The row of a model (Falcon with alibi has its own); an all-false row for Llama-like families.
 [[nodiscard]] const FamilyActivations& family_activations(const ModelSpec& m);

@@ -387,7 +387,12 @@ u64 first_lora_layer(const StepInputs& st, size_t i, const LayerActivations& la,
   const u64 in_flight = st.in_flight;
   u64& all_kept = t.kept;
   u64 first_unsaved_casts = 0;
-  all_kept = sub_floor(all_kept, mul(in_flight, add(la.first_norm, la.first_qk_unkept)));
+  // (A post-norm layer's norms read residual sums that need a gradient through the adapters:
+  // BERT's embedding LayerNorm is the one over the embedding output, counted apart; measured,
+  // tuning case bert/h128-L2-V1024/mlm/lora-r16-all/fp32/nogc/sdpa/b2s128/adamw: both
+  // LayerNorms of layer 0 keep their input and statistics at the loss backward)
+  const u64 first_norm = family_activations(m).post_norm_layers ? 0 : la.first_norm;
+  all_kept = sub_floor(all_kept, mul(in_flight, add(first_norm, la.first_qk_unkept)));
   // Nor do its frozen Linears reading that norm keep their autocast weight cast (autocast
   // caches no cast of a frozen weight, and an op whose inputs need no gradient saves nothing;
   // measured, peak dump of llama/litgpt/lora/amp_bf16/nogc/sdpa/gas2: one bf16 qkv weight, layer 1's)

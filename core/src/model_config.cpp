@@ -829,6 +829,8 @@ void build_bert(Builder& b, const std::string& head) {
   m.embedding_dropout = m.hidden_dropout;
   m.embedding_params = mul(m.vocab, h);
   m.position_params = mul(add(m.max_positions, r.size_or({"type_vocab_size"}, 2)), h);
+  // BertEmbeddings registers position_ids and token_type_ids, int64 [1, max_positions] each
+  m.buffer_bytes = mul(2, m.max_positions, 8);
   LayerGroup g;
   g.count = m.layers;
   g.mlp_intermediate = inter;
@@ -841,6 +843,7 @@ void build_bert(Builder& b, const std::string& head) {
     // BertPooler dense (h x h + h) and the classifier (h x num_labels + num_labels).
     const u64 labels = 2;
     m.other_params = add(m.other_params, add(mul(h, h), h));
+    m.outer_linears.push_back(rep("bert.pooler.dense", h, h, true));
     m.tied_embeddings = false;
     m.lm_head = rep("classifier", h, labels, true);
     m.notes.push_back("sequence-classification head with 2 labels (pooler + classifier); logits are [batch, 2]");
@@ -848,6 +851,7 @@ void build_bert(Builder& b, const std::string& head) {
     // cls.predictions.transform (dense h x h + h, LayerNorm) and a decoder tied to the
     // word embeddings with its own bias of `vocab` elements.
     m.other_params = add(m.other_params, add(add(mul(h, h), h), norm_params(NormKind::LayerNorm, h)));
+    m.outer_linears.push_back(rep("cls.predictions.transform.dense", h, h, true));
     m.tied_embeddings = true;
     m.lm_head = rep("decoder", h, m.vocab, true);
   }

@@ -21,6 +21,16 @@
 
 namespace memfit::detail {
 
+bool lora_targets(const Request& r, const std::string& name) {
+  if (r.lora.all_linear) return true;
+  for (const std::string& t : r.lora.targets) {
+    if (name == t) return true;
+    // PEFT matches target names as module-name suffixes: "c_proj" hits "attn.c_proj" and "mlp.c_proj".
+    if (name.size() > t.size() && name.ends_with(t) && name[name.size() - t.size() - 1] == '.') return true;
+  }
+  return false;
+}
+
 namespace {
 
 /// Bits per parameter (x1024, to stay in integers) of quantized Linear weights, the
@@ -70,15 +80,6 @@ u64 bnb8_tensor_states(u64 n, u64 nstates) {
   return mul(nstates, add(n, mul(4, div_ceil(n, 256))));
 }
 
-bool lora_targets(const Request& r, const std::string& name) {
-  if (r.lora.all_linear) return true;
-  for (const std::string& t : r.lora.targets) {
-    if (name == t) return true;
-    // PEFT matches target names as module-name suffixes: "c_proj" hits "attn.c_proj" and "mlp.c_proj".
-    if (name.size() > t.size() && name.ends_with(t) && name[name.size() - t.size() - 1] == '.') return true;
-  }
-  return false;
-}
 
 /// How PEFT adapts one Linear of the model spec.
 enum class Adapter { None, Module, Param };
@@ -348,6 +349,17 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
     }
   }
   if (casts_on) s.head_casts = mul(2, m.lm_head.in, m.vocab);
+  // LoRA adapters on the Linears outside the layers (measured, tuning case
+  // bert/h128-L2-V1024/mlm/lora-r16-all/bf16/gc/eager/b2s128/adamw: "all-linear" wraps
+  // cls.predictions.transform.dense, 4,096 more trainable parameters and their AdamW states)
+  for (const Linear& l : m.outer_linears) {
+    if (!lora || !lora_targets(r, l.name)) continue;
+    const u64 p = mul(r.lora.rank, add(l.in, l.out));
+    s.head_w_repl = add(s.head_w_repl, mul(adapter_bytes, p));
+    s.head_t_repl = add(s.head_t_repl, p);
+    s.trainable = add(s.trainable, p);
+    s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, mul(r.lora.rank, std::max(l.in, l.out)));
+  }
 
   // Gradient, master and optimizer-state bytes per trainable parameter.
   const bool half_params = !fp32 && mixed != MixedMode::Autocast && mixed != MixedMode::ShardedFp32;

@@ -50,6 +50,9 @@ struct ModelStates {
 };
 
 [[nodiscard]] ModelStates model_states(const Request& r, MixedMode mixed);
+/// Whether the request's LoRA targets name a Linear (PEFT: "all-linear", or a target equal to the
+/// module name or one of its dotted suffixes).
+[[nodiscard]] bool lora_targets(const Request& r, const std::string& name);
 
 
 }  // namespace memfit::detail

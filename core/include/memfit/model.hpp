@@ -165,6 +165,9 @@ struct ModelSpec {
   bool tied_embeddings = false;
   u64 buffer_bytes = 0;         ///< non-parameter buffers the modules register (causal-mask and sin/cos tables)
   Linear lm_head;               ///< counted only if !tied_embeddings (its bias always)
+  /// nn.Linear modules outside the layers and other than the head (BERT's MLM transform or pooler
+  /// dense; their parameters are in other_params): PEFT wraps them when a LoRA target names them.
+  std::vector<Linear> outer_linears;
   u64 vision_params = 0;        ///< multimodal: vision tower + projector (also included in other_params)
   CheckpointQuant checkpoint_quant;
   std::vector<LayerGroup> groups;
