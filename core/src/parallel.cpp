@@ -174,36 +174,189 @@ u64 frozen_unit_grads(const ModelStates& s, const Request& r, const Layout& l, c
   return out;
 }
 
-}  // namespace
+/// What one rank holds of the model before ZeRO / FSDP sharding (tensor parallelism already
+/// divided): the totals that the weights, gradients and optimizer states below are shares of.
+struct HeldParams {
+  u64 weights = 0;       ///< stored bytes of the rank's decoder layers and root modules
+  u64 trainable = 0;     ///< trainable parameters among them
+  u64 unit_weights = 0;  ///< the largest decoder layer held: one FSDP unit / ZeRO-3 submodule
+  u64 root_weights = 0, root_largest = 0;  // all root modules; the largest one alone
+};
 
-RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, const RankRole& role) {
-  RankStates out;
-  const u64 tp = l.tp;
-  u64 w = 0, t = 0, unit_w = 0;
+HeldParams held_params(const ModelStates& s, const Layout& l, const RankRole& role) {
+  HeldParams h;
   for (size_t i = 0; i < s.groups.size(); ++i) {
     const GroupStates& g = s.groups[i];
-    const u64 layer_w = add(div_ceil(g.w_split, tp), g.w_repl);
-    w = add(w, mul(role.layers[i], layer_w));
-    t = add(t, mul(role.layers[i], add(div_ceil(g.t_split, tp), g.t_repl)));
-    if (role.layers[i] > 0) unit_w = std::max(unit_w, layer_w);
+    const u64 layer_w = add(div_ceil(g.w_split, l.tp), g.w_repl);
+    h.weights = add(h.weights, mul(role.layers[i], layer_w));
+    h.trainable = add(h.trainable, mul(role.layers[i], add(div_ceil(g.t_split, l.tp), g.t_repl)));
+    if (role.layers[i] > 0) h.unit_weights = std::max(h.unit_weights, layer_w);
   }
-  u64 root_w = 0, root_largest = 0;  // all root modules; the largest one alone
   const bool holds_embedding = role.embedding || (role.head && s.tied_embeddings);
   if (holds_embedding) {
-    root_w = add(root_w, div_ceil(s.emb_w, l.vocab_split()));
-    root_largest = root_w;
-    t = add(t, div_ceil(s.emb_t, l.vocab_split()));
+    h.root_weights = add(h.root_weights, div_ceil(s.emb_w, l.vocab_split()));
+    h.root_largest = h.root_weights;
+    h.trainable = add(h.trainable, div_ceil(s.emb_t, l.vocab_split()));
   }
   if (role.head) {
     // CPU (DTensor, parallelize_module of the projections only): lm_head is a plain replicated
     // nn.Linear, so its weight, gradient and optimizer state are whole on every rank.
     const u64 head_w = add(div_ceil(s.head_w_split, l.vocab_split()), s.head_w_repl);
-    root_w = add(root_w, head_w);
-    root_largest = std::max(root_largest, head_w);
-    t = add(t, add(div_ceil(s.head_t_split, l.vocab_split()), s.head_t_repl));
+    h.root_weights = add(h.root_weights, head_w);
+    h.root_largest = std::max(h.root_largest, head_w);
+    h.trainable = add(h.trainable, add(div_ceil(s.head_t_split, l.vocab_split()), s.head_t_repl));
   }
-  w = add(w, root_w);
-  out.trainable = t;
+  h.weights = add(h.weights, h.root_weights);
+  return h;
+}
+
+/// Stored bytes -> bytes once gathered for compute (see rank_states).
+using ComputeBytes = std::function<u64(u64)>;
+
+/// ZeRO-3 / FSDP: the parameters gathered unsharded while a unit computes (out.gathered, and
+/// out.gathered_root for the root unit FSDP holds).
+void gathered_params(const HeldParams& h, const Request& r, const Layout& l, const ComputeBytes& compute_bytes,
+                     RankStates& out) {
+  const bool full = r.task == Task::Full;
+  if (l.method == ParallelMethod::FsdpShardGradOp) {
+    out.gathered = compute_bytes(h.weights);  // every unit stays unsharded from its forward to the end of backward
+  } else if (l.method == ParallelMethod::Zero3) {
+    // DeepSpeed keeps gathered parameters alive while their reuse distance is under
+    // stage3_max_reuse_distance, up to stage3_max_live_parameters (both 1e9 elements by
+    // default): the layers around the forward/backward turn stay gathered. On top: the
+    // submodule being computed (the embedding / tied head is the largest) and the prefetch
+    // bucket (0.9 x hidden^2 elements, Transformers' "auto" value).
+    const u64 elem = (l.mixed == MixedMode::ShardedFp32 && full) || r.precision != Precision::Fp32 ? 2 : 4;
+    const u64 live = std::min(compute_bytes(h.weights), mul(u64{1'000'000'000}, elem));
+    const u64 prefetch = mul(elem, mul(r.model.hidden, r.model.hidden) / 10 * 9);
+    out.gathered = add(add(live, std::max(compute_bytes(h.unit_weights), compute_bytes(h.root_weights))), prefetch);
+  } else {
+    // FSDP: current + prefetched unit, and the root unit (embeddings, head) held unsharded.
+    // torchtune's recipes shard each decoder layer, then the root (training/_distributed.py
+    // shard_model, get_shard_conditions); the root is gathered only while it computes. With
+    // custom_sharded_layers ['tok_embeddings', 'output'] (its llama3_1/70B_full.yaml, for
+    // instance) the two are units of their own, gathered one at a time.
+    if (r.runtime.framework == Framework::Torchtune) {
+      const u64 root = r.parallelism.separate_embedding_units ? h.root_largest : h.root_weights;
+      out.gathered = add(compute_bytes(h.unit_weights), std::max(compute_bytes(h.unit_weights), compute_bytes(root)));
+    } else {
+      out.gathered = add(mul(2, compute_bytes(h.unit_weights)), compute_bytes(h.root_weights));
+      out.gathered_root = compute_bytes(h.root_weights);
+    }
+  }
+}
+
+/// Weights: the resident share (plus the registered buffers), what is gathered while computing,
+/// and the host copy when parameters are offloaded.
+void place_weights(const HeldParams& h, const Request& r, const Layout& l, const ComputeBytes& compute_bytes,
+                   u64 buffers, RankStates& out) {
+  if (shards_params(l.method)) {
+    out.weights = l.offload_params ? 0 : div_ceil(h.weights, l.shard);
+    gathered_params(h, r, l, compute_bytes, out);
+    if (is_fsdp(l.method)) {
+      // FSDP2 (fully_shard) keeps the flat all-gather output of the last unit gathered in forward:
+      // FSDPParamGroup.wait_for_unshard stores it in comm_ctx.all_gather_state (so the copy-out
+      // stream's reads finish before the memory is reused) and only the next unshard's all-gather
+      // drops it. The last decoder layer's buffer (its unsharded bytes in the param dtype) is thus
+      // alive through the loss, next to the copied-out parameters (measured, FSDP2 on gloo,
+      // llama-tiny fp32 fsdp_shard_grad_op rank 0 at nll_loss_forward: a 951,296 B
+      // empty.memory_format [237824] fp32 = layers.1's parameters, besides the unsharded params).
+      out.gather_held = compute_bytes(h.unit_weights);
+    }
+    if (l.offload_params) out.cpu_ram = add(out.cpu_ram, h.weights);
+  } else {
+    out.weights = h.weights;
+  }
+  if (l.mixed == MixedMode::ShardedFp32 && !shards_params(l.method)) out.weights = h.weights;
+  out.weights = add(out.weights, buffers);
+}
+
+/// Gradients once backward is complete (out.grads). Returns the rank's unsharded gradient bytes,
+/// which the DDP / ZeRO buckets are sized on.
+u64 place_grads(const ModelStates& s, const Request& r, const Layout& l, const RankRole& role, u64 trainable,
+                const ComputeBytes& compute_bytes, RankStates& out) {
+  const bool full = r.task == Task::Full;
+  u64 grad_bytes = s.grad_bytes;
+  if (l.mixed == MixedMode::HalfMaster && (l.method == ParallelMethod::Tp || l.method == ParallelMethod::Pp) && full)
+    grad_bytes = 4;  // Megatron accumulates into fp32 main_grad buffers
+  const u64 grads = add(mul(grad_bytes, trainable), frozen_unit_grads(s, r, l, role, compute_bytes));
+  // FSDP no_sync() over accumulation micro-batches: the gradients stay unsharded on every rank
+  const bool unsharded = r.parallelism.unsharded_grad_accumulation && r.gradient_accumulation_steps > 1;
+  out.grads = shards_grads(l.method) && !unsharded ? div_ceil(grads, l.shard) : grads;
+  return grads;
+}
+
+/// Optimizer states and step temporaries (the rank's trainable share of them, sharded over
+/// `shard`), or their host copies when the optimizer is offloaded.
+void place_optimizer_states(const ModelStates& s, const Request& r, const Layout& l, u64 trainable, u64 shard,
+                            RankStates& out) {
+  const bool full = r.task == Task::Full;
+  const u64 total_t = std::max<u64>(1, s.trainable);
+  out.states = div_ceil(scale(s.state_bytes, trainable, total_t), shard);
+  out.paged_states = div_ceil(scale(s.paged_state_bytes, trainable, total_t), shard);
+  out.step_temporary =
+      s.step_temporary_per_tensor ? s.step_temporary : div_ceil(scale(s.step_temporary, trainable, total_t), shard);
+  if (l.mixed == MixedMode::HalfMaster && is_zero(l.method) && full)
+    out.step_temporary = add(out.step_temporary, div_ceil(mul(4, trainable), shard));  // fp32 gradient partition
+  if (l.offload_optimizer) {
+    out.cpu_ram = add(out.cpu_ram, add(add(out.states, out.master), div_ceil(mul(4, trainable), shard)));
+    out.states = 0;
+    out.master = 0;
+    out.step_temporary = 0;
+    if (is_fsdp(l.method)) {
+      // FSDP CPU offload moves parameters, gradients and optimizer together.
+      out.cpu_ram = add(out.cpu_ram, out.grads);
+      out.grads = 0;
+    }
+  }
+}
+
+/// Gradient buckets and collective buffers inside the allocator: DDP's bucket copy, ZeRO's
+/// reduce / all-gather buckets, FSDP's reduce-scatter input, and the TP / PP activation buffers.
+u64 bucket_bytes(const HeldParams& h, const Request& r, const Layout& l, u64 grads) {
+  const bool full = r.task == Task::Full;
+  u64 buckets = 0;
+  const u64 hh = mul(r.model.hidden, r.model.hidden);
+  if (l.world > 1 && l.dp > 1) {
+    if (l.method == ParallelMethod::Ddp || l.method == ParallelMethod::Single) {
+      // bucket storage: a second copy of every gradient, unless the gradients are views into
+      // the buckets (gradient_as_bucket_view=True)
+      buckets = r.parallelism.gradient_as_bucket_view ? 0 : grads;
+    } else if (l.method == ParallelMethod::Zero1 || l.method == ParallelMethod::Zero2) {
+      buckets = std::min(grads, mul(3, hh, 2));  // two reduce buckets (overlap_comm) + one all-gather bucket
+    } else if (l.method == ParallelMethod::Zero3) {
+      buckets = std::min(grads, mul(2, hh, 2));  // reduce buckets
+    } else if (is_fsdp(l.method)) {
+      // the flattened unsharded gradient of one unit, the reduce-scatter input: its weights' bytes
+      // (fp32 params reduced in fp32, half params in half; FSDP mixed precision stores fp32
+      // params and reduces in fp32)
+      buckets = full || r.parallelism.frozen_in_trained_units ? h.unit_weights : 0;
+    }
+  }
+  if (l.tp > 1 || l.pp > 1)
+    buckets = add(buckets, mul(2, r.micro_batch_size, r.sequence_length, r.model.hidden, 2) / std::max<u64>(1, l.cp));
+  return buckets;
+}
+
+/// NCCL's channel buffers, one set per communicator of the layout (0 on CPU or one GPU).
+u64 nccl_bytes(const Request& r, const Layout& l) {
+  if (!(r.device == Device::Cuda && l.world > 1)) return 0;
+  // NCCL allocates its channel buffers with cudaMalloc, outside PyTorch's allocator:
+  // NCCL_BUFFSIZE (4 MiB by default, NCCL's environment-variable docs) per channel and
+  // protocol for each peer of each communicator. The 256 MiB per communicator is an
+  // assumption, not a measurement: no record of data/calibration isolates NCCL's share.
+  u64 comms = 0;
+  for (u64 degree : {l.dp, l.tp, l.pp, l.cp})
+    if (degree > 1) ++comms;
+  return mul(comms, 256 * MiB);
+}
+
+}  // namespace
+
+RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, const RankRole& role) {
+  RankStates out;
+  const HeldParams held = held_params(s, l, role);
+  out.trainable = held.trainable;
   // registered buffers (causal-mask / sin-cos tables), replicated on every rank, never sharded
   const u64 buffers = scale(r.model.buffer_bytes, [&] {
     u64 n = 0;
@@ -216,110 +369,18 @@ RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, 
   // Gathered units are in the compute dtype: half of the stored fp32 under FSDP mixed precision.
   const bool full = r.task == Task::Full;
   auto compute_bytes = [&](u64 stored) { return (l.mixed == MixedMode::ShardedFp32 && full) ? stored / 2 : stored; };
-  if (shards_params(l.method)) {
-    out.weights = l.offload_params ? 0 : div_ceil(w, l.shard);
-    if (l.method == ParallelMethod::FsdpShardGradOp) {
-      out.gathered = compute_bytes(w);  // every unit stays unsharded from its forward to the end of backward
-    } else if (l.method == ParallelMethod::Zero3) {
-      // DeepSpeed keeps gathered parameters alive while their reuse distance is under
-      // stage3_max_reuse_distance, up to stage3_max_live_parameters (both 1e9 elements by
-      // default): the layers around the forward/backward turn stay gathered. On top: the
-      // submodule being computed (the embedding / tied head is the largest) and the prefetch
-      // bucket (0.9 x hidden^2 elements, Transformers' "auto" value).
-      const u64 elem = (l.mixed == MixedMode::ShardedFp32 && full) || r.precision != Precision::Fp32 ? 2 : 4;
-      const u64 live = std::min(compute_bytes(w), mul(u64{1'000'000'000}, elem));
-      const u64 prefetch = mul(elem, mul(r.model.hidden, r.model.hidden) / 10 * 9);
-      out.gathered = add(add(live, std::max(compute_bytes(unit_w), compute_bytes(root_w))), prefetch);
-    } else {
-      // FSDP: current + prefetched unit, and the root unit (embeddings, head) held unsharded.
-      // torchtune's recipes shard each decoder layer, then the root (training/_distributed.py
-      // shard_model, get_shard_conditions); the root is gathered only while it computes. With
-      // custom_sharded_layers ['tok_embeddings', 'output'] (its llama3_1/70B_full.yaml, for
-      // instance) the two are units of their own, gathered one at a time.
-      if (r.runtime.framework == Framework::Torchtune) {
-        const u64 root = r.parallelism.separate_embedding_units ? root_largest : root_w;
-        out.gathered = add(compute_bytes(unit_w), std::max(compute_bytes(unit_w), compute_bytes(root)));
-      } else {
-        out.gathered = add(mul(2, compute_bytes(unit_w)), compute_bytes(root_w));
-        out.gathered_root = compute_bytes(root_w);
-      }
-    }
-    if (is_fsdp(l.method)) {
-      // FSDP2 (fully_shard) keeps the flat all-gather output of the last unit gathered in forward:
-      // FSDPParamGroup.wait_for_unshard stores it in comm_ctx.all_gather_state (so the copy-out
-      // stream's reads finish before the memory is reused) and only the next unshard's all-gather
-      // drops it. The last decoder layer's buffer (its unsharded bytes in the param dtype) is thus
-      // alive through the loss, next to the copied-out parameters (measured, FSDP2 on gloo,
-      // llama-tiny fp32 fsdp_shard_grad_op rank 0 at nll_loss_forward: a 951,296 B
-      // empty.memory_format [237824] fp32 = layers.1's parameters, besides the unsharded params).
-      out.gather_held = compute_bytes(unit_w);
-    }
-    if (l.offload_params) out.cpu_ram = add(out.cpu_ram, w);
-  } else {
-    out.weights = w;
-  }
-  if (l.mixed == MixedMode::ShardedFp32 && !shards_params(l.method)) out.weights = w;
-  out.weights = add(out.weights, buffers);
+  place_weights(held, r, l, compute_bytes, buffers, out);
 
   // Gradients (complete, after backward) and master weights.
-  u64 grad_bytes = s.grad_bytes;
-  if (l.mixed == MixedMode::HalfMaster && (l.method == ParallelMethod::Tp || l.method == ParallelMethod::Pp) && full)
-    grad_bytes = 4;  // Megatron accumulates into fp32 main_grad buffers
-  const u64 grads = add(mul(grad_bytes, t), frozen_unit_grads(s, r, l, role, compute_bytes));
-  // FSDP no_sync() over accumulation micro-batches: the gradients stay unsharded on every rank
-  const bool unsharded = r.parallelism.unsharded_grad_accumulation && r.gradient_accumulation_steps > 1;
-  out.grads = shards_grads(l.method) && !unsharded ? div_ceil(grads, l.shard) : grads;
-  out.master = div_ceil(mul(s.master_bytes, t), shard);
+  const u64 grads = place_grads(s, r, l, role, held.trainable, compute_bytes, out);
+  out.master = div_ceil(mul(s.master_bytes, held.trainable), shard);
 
   // Optimizer states and step temporaries: proportional to the trainable share.
-  const u64 total_t = std::max<u64>(1, s.trainable);
-  out.states = div_ceil(scale(s.state_bytes, t, total_t), shard);
-  out.paged_states = div_ceil(scale(s.paged_state_bytes, t, total_t), shard);
-  out.step_temporary = s.step_temporary_per_tensor ? s.step_temporary : div_ceil(scale(s.step_temporary, t, total_t), shard);
-  if (l.mixed == MixedMode::HalfMaster && is_zero(l.method) && full)
-    out.step_temporary = add(out.step_temporary, div_ceil(mul(4, t), shard));  // fp32 gradient partition
-  if (l.offload_optimizer) {
-    out.cpu_ram = add(out.cpu_ram, add(add(out.states, out.master), div_ceil(mul(4, t), shard)));
-    out.states = 0;
-    out.master = 0;
-    out.step_temporary = 0;
-    if (is_fsdp(l.method)) {
-      // FSDP CPU offload moves parameters, gradients and optimizer together.
-      out.cpu_ram = add(out.cpu_ram, out.grads);
-      out.grads = 0;
-    }
-  }
+  place_optimizer_states(s, r, l, held.trainable, shard, out);
 
   // Buckets and collective buffers inside the allocator.
-  const u64 hh = mul(r.model.hidden, r.model.hidden);
-  if (l.world > 1 && l.dp > 1) {
-    if (l.method == ParallelMethod::Ddp || l.method == ParallelMethod::Single) {
-      // bucket storage: a second copy of every gradient, unless the gradients are views into
-      // the buckets (gradient_as_bucket_view=True)
-      out.buckets = r.parallelism.gradient_as_bucket_view ? 0 : grads;
-    } else if (l.method == ParallelMethod::Zero1 || l.method == ParallelMethod::Zero2) {
-      out.buckets = std::min(grads, mul(3, hh, 2));  // two reduce buckets (overlap_comm) + one all-gather bucket
-    } else if (l.method == ParallelMethod::Zero3) {
-      out.buckets = std::min(grads, mul(2, hh, 2));  // reduce buckets
-    } else if (is_fsdp(l.method)) {
-      // the flattened unsharded gradient of one unit, the reduce-scatter input: its weights' bytes
-      // (fp32 params reduced in fp32, half params in half; FSDP mixed precision stores fp32
-      // params and reduces in fp32)
-      out.buckets = full || r.parallelism.frozen_in_trained_units ? unit_w : 0;
-    }
-  }
-  if (l.tp > 1 || l.pp > 1)
-    out.buckets = add(out.buckets, mul(2, r.micro_batch_size, r.sequence_length, r.model.hidden, 2) / std::max<u64>(1, l.cp));
-  if (r.device == Device::Cuda && l.world > 1) {
-    // NCCL allocates its channel buffers with cudaMalloc, outside PyTorch's allocator:
-    // NCCL_BUFFSIZE (4 MiB by default, NCCL's environment-variable docs) per channel and
-    // protocol for each peer of each communicator. The 256 MiB per communicator is an
-    // assumption, not a measurement: no record of data/calibration isolates NCCL's share.
-    u64 comms = 0;
-    for (u64 degree : {l.dp, l.tp, l.pp, l.cp})
-      if (degree > 1) ++comms;
-    out.nccl = mul(comms, 256 * MiB);
-  }
+  out.buckets = bucket_bytes(held, r, l, grads);
+  out.nccl = nccl_bytes(r, l);
   return out;
 }
 

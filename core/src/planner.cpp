@@ -270,6 +270,126 @@ std::string nothing_fits_text(const Plan& p, const NothingFits& nf) {
                                : "; any one of these fits: " + fixes);
 }
 
+/// The largest micro-batch of `r` (its layout set) that fits `budget`, its estimate, and the
+/// device total at each grid micro-batch, into c. Throws the core's Error for a layout that does
+/// not apply to the model.
+void search_micro_batch(Request r, u64 budget, const std::vector<u64>& grid_batches, PlanCandidate& c) {
+  // Each micro-batch is estimated once: the search's powers of two are also grid columns.
+  std::map<u64, Estimate> memo;
+  auto at = [&](u64 micro) -> const Estimate& {
+    auto it = memo.find(micro);
+    if (it != memo.end()) return it->second;
+    r.micro_batch_size = micro;
+    return memo.emplace(micro, estimate(r)).first->second;
+  };
+  const u64 mem = budget;
+  auto fits = [&](u64 micro) { return at(micro).device_total_bytes <= mem; };
+  // largest fitting micro-batch: memory grows monotonically with the micro-batch
+  u64 lo = 0, hi = 1;
+  while (hi <= kMaxMicroBatch && fits(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (hi > kMaxMicroBatch) hi = kMaxMicroBatch + 1;
+  while (lo > 0 && hi - lo > 1) {
+    const u64 mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  c.max_micro_batch = lo;
+  c.at_max = at(std::max<u64>(1, lo));
+  for (u64 b : grid_batches) c.grid_device_bytes.push_back(at(b).device_total_bytes);
+}
+
+/// Step time (compute, communication, offload) and throughput of a candidate at its largest
+/// micro-batch.
+void time_candidate(const Request& base, const ParamCounts& pc, PlanCandidate& c) {
+  const Parallelism& p = c.parallelism;
+  const StepTime t = step_time(base, p, pc, c.at_max.trainable_params, c.max_micro_batch);
+  c.compute_s = t.compute;
+  c.communication_s = t.comm;
+  c.offload_s = t.offload;
+  c.step_time_s = t.total();
+  const double tokens = static_cast<double>(c.max_micro_batch) * static_cast<double>(base.sequence_length) *
+                        static_cast<double>(p.dp) * static_cast<double>(base.gradient_accumulation_steps);
+  c.tokens_per_s = c.step_time_s > 0 ? tokens / c.step_time_s : 0;
+}
+
+/// Share of its GPU's memory a candidate uses at its largest micro-batch.
+double memory_used(const PlanCandidate& c) {
+  return static_cast<double>(c.at_max.device_total_bytes) / static_cast<double>(std::max<u64>(1, c.at_max.gpu_memory_bytes));
+}
+
+/// Index of the recommended candidate; candidates are ranked and the first one fits.
+size_t pick_recommended(const std::vector<PlanCandidate>& candidates) {
+  // The fastest layout, unless one within 3 % of its throughput leaves more memory free.
+  size_t pick = 0;
+  const double fastest = candidates.front().tokens_per_s;
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    const PlanCandidate& c = candidates[i];
+    if (c.max_micro_batch == 0 || c.tokens_per_s < 0.97 * fastest) break;
+    if (memory_used(c) < memory_used(candidates[pick]) - 0.05) pick = i;
+  }
+  return pick;
+}
+
+/// Why `best` (at index `pick`) is recommended over `next`, the runner-up or the faster layout
+/// passed over.
+std::string reason_over(const PlanCandidate& best, const PlanCandidate& next, size_t pick) {
+  if (pick != 0)
+    return "it is within 3 % of the fastest and leaves more memory free (" + fixed(100 * (1 - memory_used(best)), 0) +
+           " % vs " + fixed(100 * (1 - memory_used(next)), 0) + " %)";
+  if (best.max_micro_batch > next.max_micro_batch)
+    return "it fits a larger micro-batch (" + std::to_string(best.max_micro_batch) + " vs " +
+           std::to_string(next.max_micro_batch) + ")";
+  if (best.communication_s + best.offload_s < next.communication_s + next.offload_s)
+    return "it moves less data per step (" + fixed(best.communication_s + best.offload_s, 3) + " s vs " +
+           fixed(next.communication_s + next.offload_s, 3) + " s of communication/offload)";
+  if (best.tokens_per_s == next.tokens_per_s) return "the two tie on compute and communication";
+  return "its compute per GPU per step is lower";
+}
+
+/// The recommendation in a sentence: the choice, its throughput and memory, and how it compares
+/// with the other layout worth naming.
+std::string recommendation_text(const std::vector<PlanCandidate>& candidates, size_t pick) {
+  const PlanCandidate& best = candidates[pick];
+  std::string why = best.label + ", micro-batch " + std::to_string(best.max_micro_batch) + ": " +
+                    fixed(best.tokens_per_s, 0) + " tokens/s, " + gib(best.at_max.device_total_bytes) + " of " +
+                    gib(best.at_max.gpu_memory_bytes) + " per GPU";
+  const size_t other = pick == 0 ? 1 : 0;  // the runner-up, or the faster layout passed over
+  if (candidates.size() > 1 && candidates[other].max_micro_batch > 0) {
+    const PlanCandidate& next = candidates[other];
+    const double ratio = next.tokens_per_s > 0 ? best.tokens_per_s / next.tokens_per_s : 0;
+    const std::string reason = reason_over(best, next, pick);
+    why += "; " + fixed(ratio, 2) + "x the throughput of " + next.label + " at micro-batch " +
+           std::to_string(next.max_micro_batch) + ": " + reason;
+  }
+  return why;
+}
+
+/// What LLMem's selection rule would pick among the candidates (Plan::llmem_choice).
+std::string llmem_choice(const std::vector<PlanCandidate>& candidates, const Request& base) {
+  // LLMem (Kim et al. 2024, Algorithm 1): eval = CDP: bs*gpus*1.5, ADP (ZeRO-3): bs*gpus,
+  // TP: bs, DP+TP: bs*dp; pick the largest.
+  double best_eval = 0;
+  std::string choice;
+  for (const PlanCandidate& c : candidates) {
+    const ParallelMethod m = c.parallelism.method;
+    double eval = 0;
+    const double bs = static_cast<double>(c.max_micro_batch);
+    if (c.parallelism.offload_optimizer || c.parallelism.pp > 1) continue;
+    if (m == ParallelMethod::Ddp) eval = bs * static_cast<double>(base.num_gpus) * 1.5;
+    else if (m == ParallelMethod::Zero3) eval = bs * static_cast<double>(base.num_gpus);
+    else if (m == ParallelMethod::Tp) eval = c.parallelism.dp > 1 ? bs * static_cast<double>(c.parallelism.dp) : bs;
+    else continue;
+    if (eval > best_eval) {
+      best_eval = eval;
+      choice = c.label + " (micro-batch " + std::to_string(c.max_micro_batch) + ")";
+    }
+  }
+  if (choice.empty()) choice = "none fits: LLMem recommends CPU offloading";
+  return choice;
+}
+
 }  // namespace
 
 Plan plan(const Request& base) {
@@ -285,45 +405,13 @@ Plan plan(const Request& base) {
     PlanCandidate c;
     c.label = ls.label;
     c.parallelism = ls.p;
-    // Each micro-batch is estimated once: the search's powers of two are also grid columns.
-    std::map<u64, Estimate> memo;
-    auto at = [&](u64 micro) -> const Estimate& {
-      auto it = memo.find(micro);
-      if (it != memo.end()) return it->second;
-      r.micro_batch_size = micro;
-      return memo.emplace(micro, estimate(r)).first->second;
-    };
-    const u64 mem = out.budget_bytes;
-    auto fits = [&](u64 micro) { return at(micro).device_total_bytes <= mem; };
     try {
-      // largest fitting micro-batch: memory grows monotonically with the micro-batch
-      u64 lo = 0, hi = 1;
-      while (hi <= kMaxMicroBatch && fits(hi)) {
-        lo = hi;
-        hi *= 2;
-      }
-      if (hi > kMaxMicroBatch) hi = kMaxMicroBatch + 1;
-      while (lo > 0 && hi - lo > 1) {
-        const u64 mid = lo + (hi - lo) / 2;
-        (fits(mid) ? lo : hi) = mid;
-      }
-      c.max_micro_batch = lo;
-      c.at_max = at(std::max<u64>(1, lo));
-      for (u64 b : out.grid_batches) c.grid_device_bytes.push_back(at(b).device_total_bytes);
+      search_micro_batch(r, out.budget_bytes, out.grid_batches, c);
     } catch (const Error& e) {
       out.skipped.push_back({ls.label, e.what()});  // this layout does not apply to the model
       continue;
     }
-    if (c.max_micro_batch > 0) {
-      const StepTime t = step_time(base, ls.p, pc, c.at_max.trainable_params, c.max_micro_batch);
-      c.compute_s = t.compute;
-      c.communication_s = t.comm;
-      c.offload_s = t.offload;
-      c.step_time_s = t.total();
-      const double tokens = static_cast<double>(c.max_micro_batch) * static_cast<double>(base.sequence_length) *
-                            static_cast<double>(ls.p.dp) * static_cast<double>(base.gradient_accumulation_steps);
-      c.tokens_per_s = c.step_time_s > 0 ? tokens / c.step_time_s : 0;
-    }
+    if (c.max_micro_batch > 0) time_candidate(base, pc, c);
     out.candidates.push_back(std::move(c));
   }
   // An error no layout escapes is the request's, not a fit: say it (e.g. LoRA targets that match
@@ -334,66 +422,14 @@ Plan plan(const Request& base) {
     return a.tokens_per_s > b.tokens_per_s;
   });
   if (!out.candidates.empty() && out.candidates.front().max_micro_batch > 0) {
-    // The fastest layout, unless one within 3 % of its throughput leaves more memory free.
-    size_t pick = 0;
-    const double fastest = out.candidates.front().tokens_per_s;
-    auto used = [](const PlanCandidate& c) {
-      return static_cast<double>(c.at_max.device_total_bytes) / static_cast<double>(std::max<u64>(1, c.at_max.gpu_memory_bytes));
-    };
-    for (size_t i = 1; i < out.candidates.size(); ++i) {
-      const PlanCandidate& c = out.candidates[i];
-      if (c.max_micro_batch == 0 || c.tokens_per_s < 0.97 * fastest) break;
-      if (used(c) < used(out.candidates[pick]) - 0.05) pick = i;
-    }
+    const size_t pick = pick_recommended(out.candidates);
     out.recommended = static_cast<int>(pick);
-    const PlanCandidate& best = out.candidates[pick];
-    std::string why = best.label + ", micro-batch " + std::to_string(best.max_micro_batch) + ": " +
-                      fixed(best.tokens_per_s, 0) + " tokens/s, " + gib(best.at_max.device_total_bytes) + " of " +
-                      gib(best.at_max.gpu_memory_bytes) + " per GPU";
-    const size_t other = pick == 0 ? 1 : 0;  // the runner-up, or the faster layout passed over
-    if (out.candidates.size() > 1 && out.candidates[other].max_micro_batch > 0) {
-      const PlanCandidate& next = out.candidates[other];
-      const double ratio = next.tokens_per_s > 0 ? best.tokens_per_s / next.tokens_per_s : 0;
-      std::string reason;
-      if (pick != 0)
-        reason = "it is within 3 % of the fastest and leaves more memory free (" + fixed(100 * (1 - used(best)), 0) +
-                 " % vs " + fixed(100 * (1 - used(next)), 0) + " %)";
-      else if (best.max_micro_batch > next.max_micro_batch)
-        reason = "it fits a larger micro-batch (" + std::to_string(best.max_micro_batch) + " vs " +
-                 std::to_string(next.max_micro_batch) + ")";
-      else if (best.communication_s + best.offload_s < next.communication_s + next.offload_s)
-        reason = "it moves less data per step (" + fixed(best.communication_s + best.offload_s, 3) + " s vs " +
-                 fixed(next.communication_s + next.offload_s, 3) + " s of communication/offload)";
-      else if (best.tokens_per_s == next.tokens_per_s)
-        reason = "the two tie on compute and communication";
-      else
-        reason = "its compute per GPU per step is lower";
-      why += "; " + fixed(ratio, 2) + "x the throughput of " + next.label + " at micro-batch " +
-             std::to_string(next.max_micro_batch) + ": " + reason;
-    }
-    out.recommendation = why;
+    out.recommendation = recommendation_text(out.candidates, pick);
   } else if (!out.candidates.empty()) {
     out.nothing_fits = nothing_fits(out, base);
     out.recommendation = nothing_fits_text(out, *out.nothing_fits);
   }
-  // LLMem (Kim et al. 2024, Algorithm 1): eval = CDP: bs*gpus*1.5, ADP (ZeRO-3): bs*gpus,
-  // TP: bs, DP+TP: bs*dp; pick the largest.
-  double best_eval = 0;
-  for (const PlanCandidate& c : out.candidates) {
-    const ParallelMethod m = c.parallelism.method;
-    double eval = 0;
-    const double bs = static_cast<double>(c.max_micro_batch);
-    if (c.parallelism.offload_optimizer || c.parallelism.pp > 1) continue;
-    if (m == ParallelMethod::Ddp) eval = bs * static_cast<double>(base.num_gpus) * 1.5;
-    else if (m == ParallelMethod::Zero3) eval = bs * static_cast<double>(base.num_gpus);
-    else if (m == ParallelMethod::Tp) eval = c.parallelism.dp > 1 ? bs * static_cast<double>(c.parallelism.dp) : bs;
-    else continue;
-    if (eval > best_eval) {
-      best_eval = eval;
-      out.llmem_choice = c.label + " (micro-batch " + std::to_string(c.max_micro_batch) + ")";
-    }
-  }
-  if (out.llmem_choice.empty()) out.llmem_choice = "none fits: LLMem recommends CPU offloading";
+  out.llmem_choice = llmem_choice(out.candidates, base);
   return out;
 }
 

@@ -269,15 +269,10 @@ const char* to_string(AttentionImpl a) { return name_of(a, kAttention); }
 const char* to_string(ParallelMethod m) { return name_of(m, kMethods); }
 const char* to_string(Framework f) { return framework_traits(f, "").name; }
 
-Request parse_request(const json& j, ConfigLookup config_for_id) {
-  if (!j.is_object()) throw Error("the request must be a JSON object, e.g. {\"model\": {\"id\": \"meta-llama/Llama-2-7b-hf\"}}");
-  check_keys(j, "the request",
-             {"model", "task", "lora", "precision", "quantization", "optimizer", "micro_batch_size", "sequence_length",
-              "gradient_accumulation_steps", "gradient_checkpointing", "frozen_layers", "attention", "inference", "serving", "gpu", "num_gpus",
-              "parallelism", "runtime", "device", "cluster", "name"});
-  Request r;
+namespace {
 
-  // Model: bundled id or inline config.
+/// "model": a bundled id (looked up through config_for_id) or an inline config.json.
+void parse_model(const json& j, ConfigLookup config_for_id, Request& r) {
   auto model = j.find("model");
   if (model == j.end() || !model->is_object())
     throw Error("the request needs \"model\": {\"id\": \"org/name\"} (a bundled model) or {\"config\": {...config.json...}}");
@@ -302,12 +297,11 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
   } else {
     throw Error("\"model\" needs \"id\" or \"config\"");
   }
+}
 
-  GivenFields given;
-  given.precision = j.contains("precision");
-  given.gradient_checkpointing = j.contains("gradient_checkpointing");
-  given.attention = j.contains("attention") && !(j["attention"].is_string() && j["attention"].get<std::string>() == "auto");
-  given.lora_targets = j.contains("lora") && j["lora"].is_object() && j["lora"].contains("targets");
+/// The top-level training fields: task, dtypes, optimizer, kernel, device, batch shape, GPUs and
+/// frozen layers (the model is parsed already: frozen_layers is checked against its depth).
+void parse_training_fields(const json& j, const GivenFields& given, Request& r) {
   if (j.contains("task")) r.task = pick(j["task"], "task", kTasks);
   if (j.contains("precision")) r.precision = pick(j["precision"], "precision", kPrecisions);
   if (j.contains("quantization")) r.quantization = pick(j["quantization"], "quantization", kQuant);
@@ -327,155 +321,143 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
                   " (the model has " + std::to_string(r.model.layers) + " layers)");
     r.frozen_layers = static_cast<u64>(f.get<std::int64_t>());
   }
+}
 
-  if (j.contains("lora")) {
-    const json& l = j["lora"];
-    if (!l.is_object()) throw Error("request field \"lora\" must be an object like {\"rank\": 16, \"targets\": [\"q_proj\"]}");
-    check_keys(l, "\"lora\"", {"rank", "alpha", "targets", "adapter_dtype", "dropout"});
-    if (l.contains("dropout")) {
-      const double p = number(l["dropout"], "lora.dropout");
-      if (!(p >= 0 && p < 1)) throw Error("request field \"lora.dropout\" must be a probability from 0 to below 1 (e.g. 0.05)");
-      r.lora.dropout = p;
-      given.lora_dropout = true;
+/// lora.targets: "all-linear" or a non-empty list of module names.
+void parse_lora_targets(const json& t, LoraSetup& lora) {
+  if (t.is_string() && t.get<std::string>() == "all-linear") {
+    lora.all_linear = true;
+    lora.targets.clear();
+  } else if (t.is_array() && !t.empty()) {
+    lora.targets.clear();
+    for (const json& name : t) {
+      if (!name.is_string() || name.get<std::string>().empty())
+        throw Error("request field \"lora.targets\" must list module names like \"q_proj\"");
+      lora.targets.push_back(name.get<std::string>());
     }
-    if (l.contains("rank")) r.lora.rank = positive(l["rank"], "lora.rank", 1 << 20);
-    if (l.contains("alpha")) r.lora.alpha = number(l["alpha"], "lora.alpha");
-    if (l.contains("targets")) {
-      const json& t = l["targets"];
-      if (t.is_string() && t.get<std::string>() == "all-linear") {
-        r.lora.all_linear = true;
-        r.lora.targets.clear();
-      } else if (t.is_array() && !t.empty()) {
-        r.lora.targets.clear();
-        for (const json& name : t) {
-          if (!name.is_string() || name.get<std::string>().empty())
-            throw Error("request field \"lora.targets\" must list module names like \"q_proj\"");
-          r.lora.targets.push_back(name.get<std::string>());
-        }
-      } else {
-        throw Error("request field \"lora.targets\" must be \"all-linear\" or a non-empty list of module names");
-      }
-    }
-    if (l.contains("adapter_dtype")) {
-      r.lora.adapter_bytes = pick(l["adapter_dtype"], "lora.adapter_dtype", kAdapter);
-    }
+  } else {
+    throw Error("request field \"lora.targets\" must be \"all-linear\" or a non-empty list of module names");
   }
+}
 
-  if (j.contains("inference")) {
-    const json& in = j["inference"];
-    if (!in.is_object()) throw Error("request field \"inference\" must be an object");
-    check_keys(in, "\"inference\"", {"batch_size", "context_length", "kv_cache_dtype", "mla_cache", "prompt_logits", "new_tokens"});
-    if (in.contains("batch_size")) r.inference.batch_size = positive(in["batch_size"], "inference.batch_size", kMaxBatch);
-    if (in.contains("context_length"))
-      r.inference.context_length = positive(in["context_length"], "inference.context_length", kMaxTokens);
-    if (in.contains("kv_cache_dtype")) {
-      r.inference.kv_cache_bits = pick(in["kv_cache_dtype"], "inference.kv_cache_dtype", kKv);
-    }
-    if (in.contains("mla_cache")) {
-      constexpr std::pair<const char*, bool> kMla[] = {{"compressed", false}, {"expanded", true}};
-      r.inference.expanded_mla_cache = pick(in["mla_cache"], "inference.mla_cache", kMla);
-    }
-    if (in.contains("prompt_logits")) r.inference.full_prompt_logits = boolean(in["prompt_logits"], "inference.prompt_logits");
-    if (in.contains("new_tokens")) {
-      const json& n = in["new_tokens"];
-      if (!(n.is_number_integer() && n.get<std::int64_t>() >= 0 &&
-            static_cast<u64>(n.get<std::int64_t>()) < r.inference.context_length))
-        throw Error("request field \"inference.new_tokens\" must be a whole number below context_length (" +
-                    std::to_string(r.inference.context_length) + ")");
-      r.inference.new_tokens = static_cast<u64>(n.get<std::int64_t>());
-    }
+/// lora.*
+void parse_lora(const json& l, LoraSetup& lora, GivenFields& given) {
+  if (!l.is_object()) throw Error("request field \"lora\" must be an object like {\"rank\": 16, \"targets\": [\"q_proj\"]}");
+  check_keys(l, "\"lora\"", {"rank", "alpha", "targets", "adapter_dtype", "dropout"});
+  if (l.contains("dropout")) {
+    const double p = number(l["dropout"], "lora.dropout");
+    if (!(p >= 0 && p < 1)) throw Error("request field \"lora.dropout\" must be a probability from 0 to below 1 (e.g. 0.05)");
+    lora.dropout = p;
+    given.lora_dropout = true;
   }
-
-  if (j.contains("serving")) {
-    if (r.task != Task::Serve) throw Error("request field \"serving\" applies to task \"serve\"; set \"task\": \"serve\"");
-    parse_serving_setup(j["serving"], r.serving);
+  if (l.contains("rank")) lora.rank = positive(l["rank"], "lora.rank", 1 << 20);
+  if (l.contains("alpha")) lora.alpha = number(l["alpha"], "lora.alpha");
+  if (l.contains("targets")) parse_lora_targets(l["targets"], lora);
+  if (l.contains("adapter_dtype")) {
+    lora.adapter_bytes = pick(l["adapter_dtype"], "lora.adapter_dtype", kAdapter);
   }
+}
 
-  // GPU: catalog name or a custom size. "cluster" (the planner's form) may carry it too.
-  const json* gpu = j.contains("gpu") ? &j["gpu"] : nullptr;
-  if (j.contains("cluster")) {
-    const json& c = j["cluster"];
-    if (!c.is_object()) throw Error("request field \"cluster\" must be an object like {\"gpu\": {\"name\": \"H100-80GB\"}, \"num_gpus\": 8}");
-    check_keys(c, "\"cluster\"", {"gpu", "num_gpus", "gpus_per_node", "headroom"});
-    if (c.contains("headroom")) {
-      const double f = number(c["headroom"], "cluster.headroom");
-      if (!(f >= 0 && f <= 0.5)) throw Error("request field \"cluster.headroom\" must be a fraction from 0 to 0.5 (e.g. 0.05)");
-      r.headroom_permille = static_cast<u64>(std::llround(f * 1000));
-    }
-    if (c.contains("gpu")) gpu = &c["gpu"];
-    if (c.contains("num_gpus")) r.num_gpus = positive(c["num_gpus"], "cluster.num_gpus", kMaxGpus);
-    if (c.contains("gpus_per_node")) r.parallelism.gpus_per_node = positive(c["gpus_per_node"], "cluster.gpus_per_node", 1024);
+/// inference.* (new_tokens is checked against the context_length given beside it).
+void parse_inference(const json& in, InferenceSetup& inference) {
+  if (!in.is_object()) throw Error("request field \"inference\" must be an object");
+  check_keys(in, "\"inference\"", {"batch_size", "context_length", "kv_cache_dtype", "mla_cache", "prompt_logits", "new_tokens"});
+  if (in.contains("batch_size")) inference.batch_size = positive(in["batch_size"], "inference.batch_size", kMaxBatch);
+  if (in.contains("context_length"))
+    inference.context_length = positive(in["context_length"], "inference.context_length", kMaxTokens);
+  if (in.contains("kv_cache_dtype")) {
+    inference.kv_cache_bits = pick(in["kv_cache_dtype"], "inference.kv_cache_dtype", kKv);
   }
-  r.gpu = {"A100-80GB", find_gpu("A100-80GB")->memory_bytes};
-  if (gpu) {
-    if (!gpu->is_object()) throw Error("request field \"gpu\" must be {\"name\": \"A100-80GB\"} or {\"memory_gib\": 80}");
-    check_keys(*gpu, "\"gpu\"", {"name", "memory_gib"});
-    if (gpu->contains("name")) {
-      if (!(*gpu)["name"].is_string()) throw Error("request field \"gpu.name\" must be a string");
-      std::string name = (*gpu)["name"].get<std::string>();
-      const GpuSpec* spec = find_gpu(name);
-      if (!spec && !gpu->contains("memory_gib"))
-        throw Error("unknown GPU \"" + name + "\": use a catalog name (run `memfit gpus`) or give {\"memory_gib\": N}");
-      r.gpu.name = spec ? spec->name : name;
-      if (spec) r.gpu.memory_bytes = spec->memory_bytes;
-    }
-    if (gpu->contains("memory_gib")) {
-      double gib = number((*gpu)["memory_gib"], "gpu.memory_gib");
-      if (!(gib > 0 && gib <= 1e6)) throw Error("request field \"gpu.memory_gib\" must be between 0 and 10^6");
-      r.gpu.memory_bytes = static_cast<u64>(std::llround(gib * 1073741824.0));
-      if (!gpu->contains("name")) r.gpu.name = "custom";
-    }
+  if (in.contains("mla_cache")) {
+    constexpr std::pair<const char*, bool> kMla[] = {{"compressed", false}, {"expanded", true}};
+    inference.expanded_mla_cache = pick(in["mla_cache"], "inference.mla_cache", kMla);
   }
-
-  if (j.contains("parallelism")) {
-    const json& p = j["parallelism"];
-    if (!p.is_object()) throw Error("request field \"parallelism\" must be an object like {\"method\": \"zero3\"}");
-    check_keys(p, "\"parallelism\"",
-               {"method", "dp", "tp", "pp", "cp", "sequence_parallel", "offload_optimizer", "offload_params", "gpus_per_node",
-                "gradient_as_bucket_view", "pipeline_schedule", "separate_embedding_units", "frozen_in_trained_units",
-                "unsharded_grad_accumulation"});
-    Parallelism& par = r.parallelism;
-    if (p.contains("method")) par.method = pick(p["method"], "parallelism.method", kMethods);
-    if (p.contains("dp")) par.dp = positive(p["dp"], "parallelism.dp", kMaxGpus);
-    if (p.contains("tp")) par.tp = positive(p["tp"], "parallelism.tp", kMaxGpus);
-    if (p.contains("pp")) par.pp = positive(p["pp"], "parallelism.pp", kMaxGpus);
-    if (p.contains("cp")) par.cp = positive(p["cp"], "parallelism.cp", kMaxGpus);
-    if (p.contains("sequence_parallel")) par.sequence_parallel = boolean(p["sequence_parallel"], "parallelism.sequence_parallel");
-    if (p.contains("offload_optimizer")) par.offload_optimizer = boolean(p["offload_optimizer"], "parallelism.offload_optimizer");
-    if (p.contains("offload_params")) par.offload_params = boolean(p["offload_params"], "parallelism.offload_params");
-    if (p.contains("gpus_per_node")) par.gpus_per_node = positive(p["gpus_per_node"], "parallelism.gpus_per_node", 1024);
-    if (p.contains("gradient_as_bucket_view"))
-      par.gradient_as_bucket_view = boolean(p["gradient_as_bucket_view"], "parallelism.gradient_as_bucket_view");
-    if (p.contains("separate_embedding_units"))
-      par.separate_embedding_units = boolean(p["separate_embedding_units"], "parallelism.separate_embedding_units");
-    given.frozen_in_trained_units = p.contains("frozen_in_trained_units");
-    if (given.frozen_in_trained_units)
-      par.frozen_in_trained_units = boolean(p["frozen_in_trained_units"], "parallelism.frozen_in_trained_units");
-    given.unsharded_grad_accumulation = p.contains("unsharded_grad_accumulation");
-    if (given.unsharded_grad_accumulation)
-      par.unsharded_grad_accumulation = boolean(p["unsharded_grad_accumulation"], "parallelism.unsharded_grad_accumulation");
-    if (p.contains("pipeline_schedule")) {
-      constexpr std::pair<const char*, bool> kSchedules[] = {{"1f1b", false}, {"gpipe", true}};
-      par.gpipe = pick(p["pipeline_schedule"], "parallelism.pipeline_schedule", kSchedules);
-    }
+  if (in.contains("prompt_logits")) inference.full_prompt_logits = boolean(in["prompt_logits"], "inference.prompt_logits");
+  if (in.contains("new_tokens")) {
+    const json& n = in["new_tokens"];
+    if (!(n.is_number_integer() && n.get<std::int64_t>() >= 0 &&
+          static_cast<u64>(n.get<std::int64_t>()) < inference.context_length))
+      throw Error("request field \"inference.new_tokens\" must be a whole number below context_length (" +
+                  std::to_string(inference.context_length) + ")");
+    inference.new_tokens = static_cast<u64>(n.get<std::int64_t>());
   }
+}
 
-  // Degrees given without num_gpus: the GPUs they describe.
-  if (!j.contains("num_gpus") && !(j.contains("cluster") && j["cluster"].contains("num_gpus"))) {
-    const Parallelism& par = r.parallelism;
-    r.num_gpus = mul(mul(par.dp, par.tp), mul(par.pp, par.cp));
+/// "cluster" (the planner's form): headroom, GPU count and node size. Returns its "gpu", or null.
+const json* parse_cluster(const json& c, Request& r) {
+  if (!c.is_object()) throw Error("request field \"cluster\" must be an object like {\"gpu\": {\"name\": \"H100-80GB\"}, \"num_gpus\": 8}");
+  check_keys(c, "\"cluster\"", {"gpu", "num_gpus", "gpus_per_node", "headroom"});
+  if (c.contains("headroom")) {
+    const double f = number(c["headroom"], "cluster.headroom");
+    if (!(f >= 0 && f <= 0.5)) throw Error("request field \"cluster.headroom\" must be a fraction from 0 to 0.5 (e.g. 0.05)");
+    r.headroom_permille = static_cast<u64>(std::llround(f * 1000));
   }
+  const json* gpu = c.contains("gpu") ? &c["gpu"] : nullptr;
+  if (c.contains("num_gpus")) r.num_gpus = positive(c["num_gpus"], "cluster.num_gpus", kMaxGpus);
+  if (c.contains("gpus_per_node")) r.parallelism.gpus_per_node = positive(c["gpus_per_node"], "cluster.gpus_per_node", 1024);
+  return gpu;
+}
 
-  if (j.contains("runtime")) parse_runtime(j["runtime"], r.runtime, given.prepare_kbit);
-  given.loss_chunks = j.contains("runtime") && j["runtime"].contains("loss_chunks");
-  given.drop_outputs = j.contains("runtime") && j["runtime"].contains("drop_outputs_before_backward");
-
-  if (r.frozen_layers > 0) {
-    if (r.task != Task::Full) throw Error("frozen_layers applies to full fine-tuning (LoRA freezes the base model already)");
-    r.model.groups = freeze_bottom_layers(r.model.groups, r.frozen_layers, r.model.layers);
+/// "gpu": a catalog name, a custom size, or both (a name the catalog lacks needs the size).
+/// Null: the default A100-80GB.
+GpuSetup parse_gpu(const json* gpu) {
+  GpuSetup out = {"A100-80GB", find_gpu("A100-80GB")->memory_bytes};
+  if (!gpu) return out;
+  if (!gpu->is_object()) throw Error("request field \"gpu\" must be {\"name\": \"A100-80GB\"} or {\"memory_gib\": 80}");
+  check_keys(*gpu, "\"gpu\"", {"name", "memory_gib"});
+  if (gpu->contains("name")) {
+    if (!(*gpu)["name"].is_string()) throw Error("request field \"gpu.name\" must be a string");
+    std::string name = (*gpu)["name"].get<std::string>();
+    const GpuSpec* spec = find_gpu(name);
+    if (!spec && !gpu->contains("memory_gib"))
+      throw Error("unknown GPU \"" + name + "\": use a catalog name (run `memfit gpus`) or give {\"memory_gib\": N}");
+    out.name = spec ? spec->name : name;
+    if (spec) out.memory_bytes = spec->memory_bytes;
   }
+  if (gpu->contains("memory_gib")) {
+    double gib = number((*gpu)["memory_gib"], "gpu.memory_gib");
+    if (!(gib > 0 && gib <= 1e6)) throw Error("request field \"gpu.memory_gib\" must be between 0 and 10^6");
+    out.memory_bytes = static_cast<u64>(std::llround(gib * 1073741824.0));
+    if (!gpu->contains("name")) out.name = "custom";
+  }
+  return out;
+}
 
-  // Consistency between fields.
+/// parallelism.*
+void parse_parallelism(const json& p, Parallelism& par, GivenFields& given) {
+  if (!p.is_object()) throw Error("request field \"parallelism\" must be an object like {\"method\": \"zero3\"}");
+  check_keys(p, "\"parallelism\"",
+             {"method", "dp", "tp", "pp", "cp", "sequence_parallel", "offload_optimizer", "offload_params", "gpus_per_node",
+              "gradient_as_bucket_view", "pipeline_schedule", "separate_embedding_units", "frozen_in_trained_units",
+              "unsharded_grad_accumulation"});
+  if (p.contains("method")) par.method = pick(p["method"], "parallelism.method", kMethods);
+  if (p.contains("dp")) par.dp = positive(p["dp"], "parallelism.dp", kMaxGpus);
+  if (p.contains("tp")) par.tp = positive(p["tp"], "parallelism.tp", kMaxGpus);
+  if (p.contains("pp")) par.pp = positive(p["pp"], "parallelism.pp", kMaxGpus);
+  if (p.contains("cp")) par.cp = positive(p["cp"], "parallelism.cp", kMaxGpus);
+  if (p.contains("sequence_parallel")) par.sequence_parallel = boolean(p["sequence_parallel"], "parallelism.sequence_parallel");
+  if (p.contains("offload_optimizer")) par.offload_optimizer = boolean(p["offload_optimizer"], "parallelism.offload_optimizer");
+  if (p.contains("offload_params")) par.offload_params = boolean(p["offload_params"], "parallelism.offload_params");
+  if (p.contains("gpus_per_node")) par.gpus_per_node = positive(p["gpus_per_node"], "parallelism.gpus_per_node", 1024);
+  if (p.contains("gradient_as_bucket_view"))
+    par.gradient_as_bucket_view = boolean(p["gradient_as_bucket_view"], "parallelism.gradient_as_bucket_view");
+  if (p.contains("separate_embedding_units"))
+    par.separate_embedding_units = boolean(p["separate_embedding_units"], "parallelism.separate_embedding_units");
+  given.frozen_in_trained_units = p.contains("frozen_in_trained_units");
+  if (given.frozen_in_trained_units)
+    par.frozen_in_trained_units = boolean(p["frozen_in_trained_units"], "parallelism.frozen_in_trained_units");
+  given.unsharded_grad_accumulation = p.contains("unsharded_grad_accumulation");
+  if (given.unsharded_grad_accumulation)
+    par.unsharded_grad_accumulation = boolean(p["unsharded_grad_accumulation"], "parallelism.unsharded_grad_accumulation");
+  if (p.contains("pipeline_schedule")) {
+    constexpr std::pair<const char*, bool> kSchedules[] = {{"1f1b", false}, {"gpipe", true}};
+    par.gpipe = pick(p["pipeline_schedule"], "parallelism.pipeline_schedule", kSchedules);
+  }
+}
+
+/// Consistency between fields: the task a quantized base implies, what bitsandbytes runs on,
+/// and lengths the model cannot hold (j tells which were given).
+void reconcile_fields(const json& j, Request& r) {
   // QLoRA: bitsandbytes 4/8-bit, or LoRA over a GPTQ / AWQ checkpoint (PEFT wraps their
   // quantized Linears too). FP8 / MXFP4 / NVFP4 bases are for inference and serving here.
   if (r.task == Task::Qlora && (r.quantization == Quantization::Fp8 || r.quantization == Quantization::Mxfp4 ||
@@ -501,6 +483,61 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
   if (r.task == Task::Inference && !(j.contains("inference") && j["inference"].contains("context_length")) &&
       r.model.max_positions > 0 && r.inference.context_length > r.model.max_positions)
     r.inference.context_length = r.model.max_positions;
+}
+
+}  // namespace
+
+Request parse_request(const json& j, ConfigLookup config_for_id) {
+  if (!j.is_object()) throw Error("the request must be a JSON object, e.g. {\"model\": {\"id\": \"meta-llama/Llama-2-7b-hf\"}}");
+  check_keys(j, "the request",
+             {"model", "task", "lora", "precision", "quantization", "optimizer", "micro_batch_size", "sequence_length",
+              "gradient_accumulation_steps", "gradient_checkpointing", "frozen_layers", "attention", "inference", "serving", "gpu", "num_gpus",
+              "parallelism", "runtime", "device", "cluster", "name"});
+  Request r;
+
+  // Model: bundled id or inline config.
+  parse_model(j, config_for_id, r);
+
+  GivenFields given;
+  given.precision = j.contains("precision");
+  given.gradient_checkpointing = j.contains("gradient_checkpointing");
+  given.attention = j.contains("attention") && !(j["attention"].is_string() && j["attention"].get<std::string>() == "auto");
+  given.lora_targets = j.contains("lora") && j["lora"].is_object() && j["lora"].contains("targets");
+  parse_training_fields(j, given, r);
+  if (j.contains("lora")) parse_lora(j["lora"], r.lora, given);
+  if (j.contains("inference")) parse_inference(j["inference"], r.inference);
+
+  if (j.contains("serving")) {
+    if (r.task != Task::Serve) throw Error("request field \"serving\" applies to task \"serve\"; set \"task\": \"serve\"");
+    parse_serving_setup(j["serving"], r.serving);
+  }
+
+  // GPU: catalog name or a custom size. "cluster" (the planner's form) may carry it too.
+  const json* gpu = j.contains("gpu") ? &j["gpu"] : nullptr;
+  if (j.contains("cluster")) {
+    if (const json* cluster_gpu = parse_cluster(j["cluster"], r)) gpu = cluster_gpu;
+  }
+  r.gpu = parse_gpu(gpu);
+
+  if (j.contains("parallelism")) parse_parallelism(j["parallelism"], r.parallelism, given);
+
+  // Degrees given without num_gpus: the GPUs they describe.
+  if (!j.contains("num_gpus") && !(j.contains("cluster") && j["cluster"].contains("num_gpus"))) {
+    const Parallelism& par = r.parallelism;
+    r.num_gpus = mul(mul(par.dp, par.tp), mul(par.pp, par.cp));
+  }
+
+  if (j.contains("runtime")) parse_runtime(j["runtime"], r.runtime, given.prepare_kbit);
+  given.loss_chunks = j.contains("runtime") && j["runtime"].contains("loss_chunks");
+  given.drop_outputs = j.contains("runtime") && j["runtime"].contains("drop_outputs_before_backward");
+
+  if (r.frozen_layers > 0) {
+    if (r.task != Task::Full) throw Error("frozen_layers applies to full fine-tuning (LoRA freezes the base model already)");
+    r.model.groups = freeze_bottom_layers(r.model.groups, r.frozen_layers, r.model.layers);
+  }
+
+  // Consistency between fields.
+  reconcile_fields(j, r);
   apply_framework_defaults(r, given);
   check_capabilities(r);
   return r;
