@@ -339,7 +339,8 @@ void add_layers_states(const Request& r, const StateDtypes& d, ModelStates& s) {
   }
 }
 
-/// Outside the layers: embeddings, head, norms, and their trainable parameters in a full run.
+/// The weights outside the layers, and what of them trains: all in a full run, the LoRA adapters
+/// on the outer Linears otherwise.
 void add_outer_states(const Request& r, const StateDtypes& d, ModelStates& s) {
   const ModelSpec& m = r.model;
   // Outside the layers: embeddings, head, norms (never quantized: bitsandbytes skips lm_head).
