@@ -229,13 +229,15 @@ LayerGroup plain_decoder(Builder& b, const PlainDecoderKeys& k, u64 mlp_width) {
 // Llama and its look-alikes: pre-norm decoder, RMSNorm, rotary positions, gated MLP.
 // Covers llama, mistral, mixtral, qwen2(_moe), qwen3(_moe), yi, olmo(2), gemma(2/3), phi3,
 // starcoder2, stablelm, internlm2, baichuan, deepseek_v2/v3 (MLA + MoE).
-void build_llama_like(Builder& b) {
+
+/// The Llama-like sizes: hidden width, layers, heads and key/value heads, head_dim, vocabulary,
+/// position limit, activation, attention dropout and the embedding matrix.
+void read_llama_dims(Builder& b) {
   ModelSpec& m = b.m;
   const ConfigReader& r = b.r;
-  const std::string& t = m.model_type;
-  m.family = t;
+  m.family = m.model_type;
   const u64 h = m.hidden = r.size({"hidden_size"});
-  const u64 L = m.layers = r.size({"num_hidden_layers"});
+  m.layers = r.size({"num_hidden_layers"});
   m.heads = r.size({"num_attention_heads"});
   m.kv_heads = r.size_or({"num_key_value_heads"}, m.heads);
   if (m.kv_heads == 0) m.kv_heads = m.heads;
@@ -247,159 +249,211 @@ void build_llama_like(Builder& b) {
   m.activation = r.text_or({"hidden_act", "hidden_activation"}, "silu");
   m.attention_dropout = r.real_or({"attention_dropout"}, 0.0);
   m.embedding_params = mul(m.vocab, h);
-  const u64 hd = m.head_dim;
+}
 
-  bool qkv_bias = r.flag_or({"attention_bias"}, false);
-  bool o_bias = qkv_bias;
-  bool mlp_bias = r.flag_or({"mlp_bias"}, false);
+/// What a Llama-like layer has besides its Linears' sizes: biases, norms, sliding windows and
+/// which layers apply rotary embeddings.
+struct LlamaLayerKind {
+  bool qkv_bias = false, o_bias = false, mlp_bias = false;
   u64 layer_norms = 2;      // input_layernorm + post_attention_layernorm
   u64 extra_per_layer = 0;  // q/k norms
   NormKind norm = NormKind::RMSNorm;
   WindowRule window;
+  std::vector<bool> rope;  ///< per layer
+};
 
+/// Qwen2 / Qwen3 with use_sliding_window: sliding from layer max_window_layers on.
+WindowRule qwen_window(const ConfigReader& r, u64 layers) {
+  WindowRule w;
+  w.kind = WindowRule::FromLayer;
+  w.n = r.size_or({"max_window_layers"}, layers);
+  return read_layer_types(r, r.size_or({"sliding_window"}, 0), w);
+}
+
+/// The families' departures from Llama's layer (biases, norms, windows, activation, softcapping).
+void read_family_layer_kind(Builder& b, LlamaLayerKind& k) {
+  ModelSpec& m = b.m;
+  const ConfigReader& r = b.r;
+  const std::string& t = m.model_type;
+  const u64 hd = m.head_dim;
   if (t == "qwen2" || t == "qwen2_moe") {
-    qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
-    o_bias = false;
-    if (r.flag_or({"use_sliding_window"}, false)) {
-      WindowRule w;
-      w.kind = WindowRule::FromLayer;
-      w.n = r.size_or({"max_window_layers"}, L);
-      window = read_layer_types(r, r.size_or({"sliding_window"}, 0), w);
-    }
+    k.qkv_bias = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+    k.o_bias = false;
+    if (r.flag_or({"use_sliding_window"}, false)) k.window = qwen_window(r, m.layers);
   } else if (t == "qwen3" || t == "qwen3_moe") {
-    extra_per_layer = mul(2, hd);  // q_norm and k_norm, RMSNorm(head_dim) each
-    if (r.flag_or({"use_sliding_window"}, false)) {
-      WindowRule w;
-      w.kind = WindowRule::FromLayer;
-      w.n = r.size_or({"max_window_layers"}, L);
-      window = read_layer_types(r, r.size_or({"sliding_window"}, 0), w);
-    }
+    k.extra_per_layer = mul(2, hd);  // q_norm and k_norm, RMSNorm(head_dim) each
+    if (r.flag_or({"use_sliding_window"}, false)) k.window = qwen_window(r, m.layers);
   } else if (t == "mistral" || t == "mixtral" || t == "phi3") {
-    window = read_layer_types(r, r.size_or({"sliding_window"}, 0), WindowRule{});
+    k.window = read_layer_types(r, r.size_or({"sliding_window"}, 0), WindowRule{});
   } else if (t == "gemma") {
     m.activation = r.text_or({"hidden_activation", "hidden_act"}, "gelu_pytorch_tanh");
   } else if (t == "gemma2") {
-    layer_norms = 4;  // + pre_feedforward_layernorm, post_feedforward_layernorm
+    k.layer_norms = 4;  // + pre_feedforward_layernorm, post_feedforward_layernorm
     m.activation = r.text_or({"hidden_activation", "hidden_act"}, "gelu_pytorch_tanh");
     WindowRule w;
     w.kind = WindowRule::EvenLayers;  // Gemma2: layer_idx % 2 == 0 is sliding
-    window = read_layer_types(r, r.size_or({"sliding_window"}, 4096), w);
+    k.window = read_layer_types(r, r.size_or({"sliding_window"}, 4096), w);
     m.final_logit_softcapping = r.real_or({"final_logit_softcapping"}, 0) > 0;
     m.attn_logit_softcapping = r.real_or({"attn_logit_softcapping"}, 0) > 0;
   } else if (t == "gemma3_text") {
-    layer_norms = 4;
-    extra_per_layer = mul(2, hd);  // q_norm, k_norm
+    k.layer_norms = 4;
+    k.extra_per_layer = mul(2, hd);  // q_norm, k_norm
     m.activation = r.text_or({"hidden_activation", "hidden_act"}, "gelu_pytorch_tanh");
     WindowRule w;
     w.kind = WindowRule::EveryNthFull;
     w.n = r.size_or({"sliding_window_pattern"}, 6);
-    window = read_layer_types(r, r.size_or({"sliding_window"}, 4096), w);
+    k.window = read_layer_types(r, r.size_or({"sliding_window"}, 4096), w);
     m.final_logit_softcapping = r.real_or({"final_logit_softcapping"}, 0) > 0;
   } else if (t == "olmo") {
-    norm = NormKind::NonParametric;  // OlmoLayerNorm has no weight or bias
+    k.norm = NormKind::NonParametric;  // OlmoLayerNorm has no weight or bias
   } else if (t == "olmo2") {
-    layer_norms = 2;  // post_attention_layernorm + post_feedforward_layernorm
-    extra_per_layer = add(mul(m.heads, hd), mul(m.kv_heads, hd));  // q_norm/k_norm over all heads
+    k.layer_norms = 2;  // post_attention_layernorm + post_feedforward_layernorm
+    k.extra_per_layer = add(mul(m.heads, hd), mul(m.kv_heads, hd));  // q_norm/k_norm over all heads
   } else if (t == "stablelm") {
-    norm = NormKind::LayerNorm;
+    k.norm = NormKind::LayerNorm;
     // StableLmAttention: rotary_ndims = int(head_dim * partial_rotary_factor) (default 0.25)
     m.rotary_dim = static_cast<u64>(static_cast<double>(hd) * r.real_or({"partial_rotary_factor"}, 0.25));
-    qkv_bias = r.flag_or({"use_qkv_bias"}, false);
-    o_bias = false;
-    if (r.flag_or({"use_parallel_residual"}, false)) layer_norms = 1;
-    if (r.flag_or({"qk_layernorm"}, false)) extra_per_layer = mul(add(m.heads, m.kv_heads), hd);  // per-head LN, no bias
+    k.qkv_bias = r.flag_or({"use_qkv_bias"}, false);
+    k.o_bias = false;
+    if (r.flag_or({"use_parallel_residual"}, false)) k.layer_norms = 1;
+    if (r.flag_or({"qk_layernorm"}, false)) k.extra_per_layer = mul(add(m.heads, m.kv_heads), hd);  // per-head LN, no bias
   } else if (t == "starcoder2") {
-    norm = NormKind::LayerNorm;
-    qkv_bias = o_bias = r.flag_or({"use_bias"}, true);
+    k.norm = NormKind::LayerNorm;
+    k.qkv_bias = k.o_bias = r.flag_or({"use_bias"}, true);
   }
-  if (t == "starcoder2") window = read_layer_types(r, r.size_or({"sliding_window"}, 0), WindowRule{});
+}
+
+/// The layer's kind (call after read_llama_dims); sets the model's norm, MLP kind and activation.
+LlamaLayerKind read_llama_layer_kind(Builder& b) {
+  ModelSpec& m = b.m;
+  const ConfigReader& r = b.r;
+  const std::string& t = m.model_type;
+  LlamaLayerKind k;
+  k.qkv_bias = r.flag_or({"attention_bias"}, false);
+  k.o_bias = k.qkv_bias;
+  k.mlp_bias = r.flag_or({"mlp_bias"}, false);
+  read_family_layer_kind(b, k);
+  if (t == "starcoder2") k.window = read_layer_types(r, r.size_or({"sliding_window"}, 0), WindowRule{});
   // SmolLM3: every 4th layer is NoPE (SmolLM3Config no_rope_layers); no other family here has NoPE.
-  const std::vector<bool> rope = t == "smollm3" ? read_rope_layers(r, L, 4) : std::vector<bool>(L, true);
-  m.norm = norm;
+  k.rope = t == "smollm3" ? read_rope_layers(r, m.layers, 4) : std::vector<bool>(m.layers, true);
+  m.norm = k.norm;
   m.mlp = t == "starcoder2" ? MlpKind::Plain : MlpKind::Gated;
   if (t == "starcoder2") m.activation = r.text_or({"hidden_act"}, "gelu_pytorch_tanh");
+  return k;
+}
 
-  const u64 dense_i = r.size({"intermediate_size"});
-
-  // MoE layout: which layers are sparse, how many experts, how wide.
+/// A Llama-like layer's MLP: the dense width and, for the MoE families, the experts' layout.
+struct LlamaMlp {
+  u64 dense_i = 0;
   u64 experts = 0, topk = 0, moe_i = 0, shared_i = 0;
   bool shared_gate = false;    // Qwen2-MoE: sigmoid gate (Linear h->1) on the shared expert
   bool router_bias_param = false;  // DeepSeek-V3 e_score_correction_bias
   u64 first_dense = 0, moe_freq = 1, sparse_step = 1;
   std::set<u64> mlp_only;
+};
+
+LlamaMlp read_llama_mlp(Builder& b) {
+  ModelSpec& m = b.m;
+  const ConfigReader& r = b.r;
+  const std::string& t = m.model_type;
+  LlamaMlp mlp;
+  mlp.dense_i = r.size({"intermediate_size"});
+
+  // MoE layout: which layers are sparse, how many experts, how wide.
   if (t == "mixtral") {
-    experts = r.size({"num_local_experts"});
-    topk = r.size({"num_experts_per_tok"});
-    moe_i = dense_i;
+    mlp.experts = r.size({"num_local_experts"});
+    mlp.topk = r.size({"num_experts_per_tok"});
+    mlp.moe_i = mlp.dense_i;
   } else if (t == "qwen2_moe" || t == "qwen3_moe") {
     // Transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (the config class's
     // attribute_map), so config.json files saved by it carry the other name.
-    experts = r.size_or({"num_experts", "num_local_experts"}, 0);
-    topk = r.size_or({"num_experts_per_tok"}, 0);
-    moe_i = r.size_or({"moe_intermediate_size"}, 0);
-    sparse_step = r.size_or({"decoder_sparse_step"}, 1);
+    mlp.experts = r.size_or({"num_experts", "num_local_experts"}, 0);
+    mlp.topk = r.size_or({"num_experts_per_tok"}, 0);
+    mlp.moe_i = r.size_or({"moe_intermediate_size"}, 0);
+    mlp.sparse_step = r.size_or({"decoder_sparse_step"}, 1);
     if (t == "qwen2_moe") {
-      shared_i = r.size_or({"shared_expert_intermediate_size"}, 0);
-      shared_gate = shared_i > 0;
+      mlp.shared_i = r.size_or({"shared_expert_intermediate_size"}, 0);
+      mlp.shared_gate = mlp.shared_i > 0;
     }
     auto it = r.json().find("mlp_only_layers");
     if (it != r.json().end() && it->is_array())
       for (const json& v : *it)
-        if (v.is_number_unsigned()) mlp_only.insert(v.get<u64>());
+        if (v.is_number_unsigned()) mlp.mlp_only.insert(v.get<u64>());
   } else if (t == "deepseek_v2" || t == "deepseek_v3") {
-    experts = r.size_or({"n_routed_experts"}, 0);
-    topk = r.size_or({"num_experts_per_tok"}, 0);
-    moe_i = r.size_or({"moe_intermediate_size"}, 0);
-    shared_i = mul(moe_i, r.size_or({"n_shared_experts"}, 0));
-    first_dense = r.size_or({"first_k_dense_replace"}, 0);
-    moe_freq = r.size_or({"moe_layer_freq"}, 1);
-    router_bias_param = r.text_or({"topk_method"}, "") == "noaux_tc";
+    mlp.experts = r.size_or({"n_routed_experts"}, 0);
+    mlp.topk = r.size_or({"num_experts_per_tok"}, 0);
+    mlp.moe_i = r.size_or({"moe_intermediate_size"}, 0);
+    mlp.shared_i = mul(mlp.moe_i, r.size_or({"n_shared_experts"}, 0));
+    mlp.first_dense = r.size_or({"first_k_dense_replace"}, 0);
+    mlp.moe_freq = r.size_or({"moe_layer_freq"}, 1);
+    mlp.router_bias_param = r.text_or({"topk_method"}, "") == "noaux_tc";
     m.router_groups = r.size_or({"n_group"}, 0);
     m.router_topk_groups = r.size_or({"topk_group"}, 0);
     if (r.size_or({"num_nextn_predict_layers"}, 0) > 0)
       m.notes.push_back("the multi-token-prediction layer(s) stored in the checkpoint are not counted: Transformers does not load them");
   }
-  auto is_moe_layer = [&](u64 idx) {
-    if (experts == 0) return false;
-    if (t == "qwen2_moe" || t == "qwen3_moe")
-      return mlp_only.count(idx) == 0 && sparse_step != 0 && (idx + 1) % sparse_step == 0;
-    if (t == "deepseek_v2" || t == "deepseek_v3") return idx >= first_dense && moe_freq != 0 && idx % moe_freq == 0;
-    return true;
-  };
+  return mlp;
+}
 
+/// Whether layer idx of a family `t` model has the sparse (MoE) MLP.
+bool is_moe_layer(const std::string& t, const LlamaMlp& mlp, u64 idx) {
+  if (mlp.experts == 0) return false;
+  if (t == "qwen2_moe" || t == "qwen3_moe")
+    return mlp.mlp_only.count(idx) == 0 && mlp.sparse_step != 0 && (idx + 1) % mlp.sparse_step == 0;
+  if (t == "deepseek_v2" || t == "deepseek_v3")
+    return idx >= mlp.first_dense && mlp.moe_freq != 0 && idx % mlp.moe_freq == 0;
+  return true;
+}
+
+/// DeepSeek's attention projections; sets the model's MLA sizes and adds the latent norms to
+/// k.extra_per_layer.
+std::vector<Linear> latent_attention(Builder& b, LlamaLayerKind& k) {
+  ModelSpec& m = b.m;
+  const ConfigReader& r = b.r;
+  const u64 h = m.hidden;
+  std::vector<Linear> attn;
+  // Multi-head latent attention (DeepSeek-V2 paper, sec. 2.1): queries optionally through a
+  // low-rank q_a/q_b pair, keys/values through a shared kv_lora_rank latent plus a decoupled
+  // rope key, expanded per head by kv_b_proj.
+  m.attention = AttentionKind::MultiLatent;
+  m.q_lora_rank = r.size_or({"q_lora_rank"}, 0);
+  m.kv_lora_rank = r.size({"kv_lora_rank"});
+  m.qk_rope_head_dim = r.size({"qk_rope_head_dim"});
+  m.qk_nope_head_dim = r.size({"qk_nope_head_dim"});
+  m.v_head_dim = r.size({"v_head_dim"});
+  m.head_dim = add(m.qk_rope_head_dim, m.qk_nope_head_dim);
+  m.kv_heads = m.heads;
+  const u64 qk = m.head_dim;
+  if (m.q_lora_rank > 0) {
+    attn.push_back(rep("q_a_proj", h, m.q_lora_rank, k.qkv_bias));
+    k.extra_per_layer = add(k.extra_per_layer, m.q_lora_rank);  // q_a_layernorm
+    attn.push_back(col("q_b_proj", m.q_lora_rank, mul(m.heads, qk), false, LinearInput::Latent));
+  } else {
+    attn.push_back(col("q_proj", h, mul(m.heads, qk), false));
+  }
+  attn.push_back(rep("kv_a_proj_with_mqa", h, add(m.kv_lora_rank, m.qk_rope_head_dim), k.qkv_bias));
+  k.extra_per_layer = add(k.extra_per_layer, m.kv_lora_rank);  // kv_a_layernorm
+  attn.push_back(col("kv_b_proj", m.kv_lora_rank, mul(m.heads, add(m.qk_nope_head_dim, m.v_head_dim)), false,
+                     LinearInput::Latent));
+  attn.push_back(row("o_proj", mul(m.heads, m.v_head_dim), h, k.qkv_bias));
+  return attn;
+}
+
+/// A Llama-like layer's attention projections (fused q/k/v where the family fuses them).
+std::vector<Linear> llama_attention(Builder& b, LlamaLayerKind& k) {
+  ModelSpec& m = b.m;
+  const std::string& t = m.model_type;
+  const u64 h = m.hidden, hd = m.head_dim;
   // Attention projections.
   std::vector<Linear> attn;
   if (t == "deepseek_v2" || t == "deepseek_v3") {
-    // Multi-head latent attention (DeepSeek-V2 paper, sec. 2.1): queries optionally through a
-    // low-rank q_a/q_b pair, keys/values through a shared kv_lora_rank latent plus a decoupled
-    // rope key, expanded per head by kv_b_proj.
-    m.attention = AttentionKind::MultiLatent;
-    m.q_lora_rank = r.size_or({"q_lora_rank"}, 0);
-    m.kv_lora_rank = r.size({"kv_lora_rank"});
-    m.qk_rope_head_dim = r.size({"qk_rope_head_dim"});
-    m.qk_nope_head_dim = r.size({"qk_nope_head_dim"});
-    m.v_head_dim = r.size({"v_head_dim"});
-    m.head_dim = add(m.qk_rope_head_dim, m.qk_nope_head_dim);
-    m.kv_heads = m.heads;
-    const u64 qk = m.head_dim;
-    if (m.q_lora_rank > 0) {
-      attn.push_back(rep("q_a_proj", h, m.q_lora_rank, qkv_bias));
-      extra_per_layer = add(extra_per_layer, m.q_lora_rank);  // q_a_layernorm
-      attn.push_back(col("q_b_proj", m.q_lora_rank, mul(m.heads, qk), false, LinearInput::Latent));
-    } else {
-      attn.push_back(col("q_proj", h, mul(m.heads, qk), false));
-    }
-    attn.push_back(rep("kv_a_proj_with_mqa", h, add(m.kv_lora_rank, m.qk_rope_head_dim), qkv_bias));
-    extra_per_layer = add(extra_per_layer, m.kv_lora_rank);  // kv_a_layernorm
-    attn.push_back(col("kv_b_proj", m.kv_lora_rank, mul(m.heads, add(m.qk_nope_head_dim, m.v_head_dim)), false,
-                       LinearInput::Latent));
-    attn.push_back(row("o_proj", mul(m.heads, m.v_head_dim), h, qkv_bias));
+    attn = latent_attention(b, k);
   } else if (t == "phi3") {
     attn.push_back(col("qkv_proj", h, mul(add(m.heads, mul(2, m.kv_heads)), hd), false));
     attn.push_back(row("o_proj", mul(m.heads, hd), h, false));
     m.fused_qkv = true;
   } else if (t == "internlm2") {
-    bool bias = r.flag_or({"bias"}, false);
+    bool bias = b.r.flag_or({"bias"}, false);
     attn.push_back(col("wqkv", h, mul(add(m.heads, mul(2, m.kv_heads)), hd), bias));
     attn.push_back(row("wo", mul(m.heads, hd), h, bias));
     m.fused_qkv = true;
@@ -408,59 +462,78 @@ void build_llama_like(Builder& b) {
     attn.push_back(row("o_proj", h, h, false));
     m.fused_qkv = true;
   } else {
-    add_attention(attn, h, m.heads, m.kv_heads, hd, qkv_bias, o_bias);
+    add_attention(attn, h, m.heads, m.kv_heads, hd, k.qkv_bias, k.o_bias);
   }
+  return attn;
+}
+
+/// The sparse MLP of a family `t` layer: the router, the routed experts (fused [E, ...]
+/// parameters) and the shared expert.
+void add_moe_mlp(const std::string& t, u64 h, const LlamaMlp& mlp, LayerGroup& g) {
+  g.moe = true;
+  g.experts = mlp.experts;
+  g.experts_per_token = mlp.topk;
+  g.mlp_intermediate = mlp.moe_i;
+  g.shared_intermediate = mlp.shared_i;
+  g.linears.push_back(rep("gate", h, mlp.experts, false, LinearInput::MlpIn));  // router (all MoE families name it "gate")
+  if (mlp.router_bias_param) g.other_params = add(g.other_params, mlp.experts);
+  const char* n1 = t == "mixtral" ? "w1" : "gate_proj";
+  const char* n3 = t == "mixtral" ? "w3" : "up_proj";
+  const char* n2 = t == "mixtral" ? "w2" : "down_proj";
+  for (const char* n : {n1, n3}) {
+    Linear e = col(n, h, mlp.moe_i, false, LinearInput::MlpIn);
+    e.copies = mlp.experts;
+    e.routed = true;
+    g.linears.push_back(e);
+  }
+  Linear down = row(n2, mlp.moe_i, h, false, LinearInput::MlpHidden);
+  down.copies = mlp.experts;
+  down.routed = true;
+  g.linears.push_back(down);
+  if (mlp.shared_i > 0) {
+    add_gated_mlp(g.linears, h, mlp.shared_i, false);
+    if (mlp.shared_gate) g.linears.push_back(rep("shared_expert_gate", h, 1, false, LinearInput::MlpIn));
+  }
+}
+
+/// The dense MLP of a family `t` layer, `width` wide.
+void add_dense_mlp(const std::string& t, u64 h, u64 width, const LlamaLayerKind& k, LayerGroup& g) {
+  g.mlp_intermediate = width;
+  if (t == "phi3") {
+    g.linears.push_back(col("gate_up_proj", h, mul(2, width), false, LinearInput::MlpIn));
+    g.linears.push_back(row("down_proj", width, h, false, LinearInput::MlpHidden));
+  } else if (t == "internlm2") {
+    add_gated_mlp(g.linears, h, width, false, "w1", "w3", "w2");
+  } else if (t == "starcoder2") {
+    add_plain_mlp(g.linears, h, width, k.qkv_bias, "c_fc", "c_proj");
+  } else {
+    add_gated_mlp(g.linears, h, width, k.mlp_bias);
+  }
+}
+
+void build_llama_like(Builder& b) {
+  ModelSpec& m = b.m;
+  const std::string& t = m.model_type;
+  read_llama_dims(b);
+  const u64 h = m.hidden, L = m.layers;
+  LlamaLayerKind k = read_llama_layer_kind(b);
+  const LlamaMlp mlp = read_llama_mlp(b);
+  const std::vector<Linear> attn = llama_attention(b, k);
   // norms of the layer plus q/k norms and (MLA) the latent norms
-  const u64 attn_extra = add(mul(layer_norms, norm_params(norm, h)), extra_per_layer);
+  const u64 attn_extra = add(mul(k.layer_norms, norm_params(k.norm, h)), k.extra_per_layer);
 
   for (u64 idx = 0; idx < L; ++idx) {
     LayerGroup g;
     g.count = 1;
     g.linears = attn;
     g.other_params = attn_extra;
-    g.sliding_window = window.at(idx);
-    g.rope = rope[idx];
-    if (is_moe_layer(idx)) {
-      g.moe = true;
-      g.experts = experts;
-      g.experts_per_token = topk;
-      g.mlp_intermediate = moe_i;
-      g.shared_intermediate = shared_i;
-      g.linears.push_back(rep("gate", h, experts, false, LinearInput::MlpIn));  // router (all MoE families name it "gate")
-      if (router_bias_param) g.other_params = add(g.other_params, experts);
-      const char* n1 = t == "mixtral" ? "w1" : "gate_proj";
-      const char* n3 = t == "mixtral" ? "w3" : "up_proj";
-      const char* n2 = t == "mixtral" ? "w2" : "down_proj";
-      for (const char* n : {n1, n3}) {
-        Linear e = col(n, h, moe_i, false, LinearInput::MlpIn);
-        e.copies = experts;
-        e.routed = true;
-        g.linears.push_back(e);
-      }
-      Linear down = row(n2, moe_i, h, false, LinearInput::MlpHidden);
-      down.copies = experts;
-      down.routed = true;
-      g.linears.push_back(down);
-      if (shared_i > 0) {
-        add_gated_mlp(g.linears, h, shared_i, false);
-        if (shared_gate) g.linears.push_back(rep("shared_expert_gate", h, 1, false, LinearInput::MlpIn));
-      }
-    } else {
-      g.mlp_intermediate = dense_i;
-      if (t == "phi3") {
-        g.linears.push_back(col("gate_up_proj", h, mul(2, dense_i), false, LinearInput::MlpIn));
-        g.linears.push_back(row("down_proj", dense_i, h, false, LinearInput::MlpHidden));
-      } else if (t == "internlm2") {
-        add_gated_mlp(g.linears, h, dense_i, false, "w1", "w3", "w2");
-      } else if (t == "starcoder2") {
-        add_plain_mlp(g.linears, h, dense_i, qkv_bias, "c_fc", "c_proj");
-      } else {
-        add_gated_mlp(g.linears, h, dense_i, mlp_bias);
-      }
-    }
+    g.sliding_window = k.window.at(idx);
+    g.rope = k.rope[idx];
+    if (is_moe_layer(t, mlp, idx)) add_moe_mlp(t, h, mlp, g);
+    else add_dense_mlp(t, h, mlp.dense_i, k, g);
     add_layer(m, std::move(g));
   }
-  m.other_params = norm_params(norm, h);  // final norm
+  m.other_params = norm_params(k.norm, h);  // final norm
   b.finish_head(h, false);
 }
 

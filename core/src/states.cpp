@@ -221,105 +221,131 @@ u64 bnb8_states(const Request& r, u64 nstates) {
   return add(st, mul(nstates, 256 * 4));
 }
 
-}  // namespace
+/// What the request trains and the bytes per element its model states come in.
+struct StateDtypes {
+  bool inference = false, lora = false, full = false, fp32 = false;
+  bool quantized = false;       ///< quantized base weights (QLoRA, quantized inference)
+  u64 weight_bytes = 4;         ///< weights the model holds (trained ones of a full run)
+  u64 frozen_bytes = 4;         ///< frozen weights
+  u64 adapter_bytes = 4;        ///< LoRA adapter weights
+  u64 quant_bits_x1024 = 0;     ///< quantized bits per weight (see quantized_bits_x1024)
+  bool autocast_casts = false;  ///< autocast keeps a half cast of each Linear weight
+};
 
-ModelStates model_states(const Request& r, MixedMode mixed) {
-  const ModelSpec& m = r.model;
-  ModelStates s;
-  s.mixed = mixed;
-  s.tied_embeddings = m.tied_embeddings;
-  const bool inference = r.task == Task::Inference;
-  const bool lora = r.task == Task::Lora || r.task == Task::Qlora;
-  const bool full = r.task == Task::Full;
-  const bool quantized = r.quantization != Quantization::None && (r.task == Task::Qlora || inference);
-  const bool fp32 = r.precision == Precision::Fp32;
+StateDtypes state_dtypes(const Request& r, MixedMode mixed) {
+  StateDtypes d;
+  d.inference = r.task == Task::Inference;
+  d.lora = r.task == Task::Lora || r.task == Task::Qlora;
+  d.full = r.task == Task::Full;
+  d.quantized = r.quantization != Quantization::None && (r.task == Task::Qlora || d.inference);
+  d.fp32 = r.precision == Precision::Fp32;
 
   // Bytes per element of the weights the model holds.
-  u64 wbytes = fp32 ? 4 : 2;
-  if (!inference && mixed == MixedMode::Autocast) wbytes = 4;
-  if (!inference && mixed == MixedMode::ShardedFp32) wbytes = 4;  // the sharded fp32 params
+  d.weight_bytes = d.fp32 ? 4 : 2;
+  if (!d.inference && mixed == MixedMode::Autocast) d.weight_bytes = 4;
+  if (!d.inference && mixed == MixedMode::ShardedFp32) d.weight_bytes = 4;  // the sharded fp32 params
   // frozen weights: the load dtype (autocast: fp32), fp32 once prepare_model_for_kbit_training upcast them
-  u64 frozen_bytes = (inference || mixed != MixedMode::Autocast) ? (fp32 ? 4 : 2) : wbytes;
-  if (kbit_upcast(r) || (quantized && !inference && mixed == MixedMode::Autocast)) frozen_bytes = 4;
+  d.frozen_bytes = (d.inference || mixed != MixedMode::Autocast) ? (d.fp32 ? 4 : 2) : d.weight_bytes;
+  if (kbit_upcast(r) || (d.quantized && !d.inference && mixed == MixedMode::Autocast)) d.frozen_bytes = 4;
   // PEFT upcasts adapters to fp32 unless told otherwise (autocast_adapter_dtype=True).
-  const u64 adapter_bytes = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
-  const u64 qbits = quantized_bits_x1024(r.quantization);
-  const bool casts_on = !inference && mixed == MixedMode::Autocast && !quantized;
+  d.adapter_bytes = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
+  d.quant_bits_x1024 = quantized_bits_x1024(r.quantization);
+  d.autocast_casts = !d.inference && mixed == MixedMode::Autocast && !d.quantized;
+  return d;
+}
 
-  bool any_target = false;
-  for (const LayerGroup& g : m.groups) {
-    TrainableLinears tl;
-    tl.lora_rank = lora ? r.lora.rank : 0;
-    GroupStates gs;
-    const bool trained = full && !g.frozen;
-    u64 previous = 0;  // the trained tensor before this Linear's weight (a layer starts after a norm's)
-    for (const Linear& l : g.linears) {
-      const Adapter adapter = lora ? lora_adapter(r, g, l) : Adapter::None;
-      const bool target = adapter != Adapter::None;
-      any_target = any_target || target;
-      tl.saves_input.push_back(trained || target);
-      tl.parametrized.push_back(adapter == Adapter::Param);
-      const bool split = l.split != TpSplit::Replicated;
-      u64 w = 0;
-      // bitsandbytes replaces nn.Linear modules only: Transformers 5's fused expert parameters
-      // ([E, ...], not Linears) stay in the load dtype, and prepare_kbit upcasts them with the rest
-      // (measured, mixtral-tiny nf4_double: 2 layers x 4 experts x 3 x 128 x 448 in fp32 = 5,505,024 B
-      // beside the 4-bit attention)
-      const bool bnb = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
-                       r.quantization == Quantization::Fp4 || r.quantization == Quantization::Int8;
-      if (quantized && !(bnb && g.moe && l.routed)) {
-        w = div_ceil(mul(l.weight_params(), qbits), 8 * 1024);
-        if (r.quantization == Quantization::Int8) w = add(w, mul(4, l.out, l.copies));  // fp32 row scales
-        w = add(w, mul(quant_state_constants(r.quantization), l.copies));
-        w = add(w, mul(frozen_bytes, l.bias_params()));
-      } else {
-        w = mul(full ? wbytes : frozen_bytes, l.params());  // frozen layers of a full run are loaded alike
-      }
-      u64 t = 0;
-      if (trained) {
-        t = l.params();
-        const u64 weight = l.weight_params() / l.copies;
-        s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, weight);
-        s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, weight), previous));
-        s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, weight), previous));
-        previous = l.bias_params() > 0 ? l.bias_params() / l.copies : weight;
-      }
-      (split ? gs.w_split : gs.w_repl) = add(split ? gs.w_split : gs.w_repl, w);
-      (split ? gs.t_split : gs.t_repl) = add(split ? gs.t_split : gs.t_repl, t);
-      if (target) {
-        const AdapterShares a = adapter_shares(r, g, l, adapter);
-        gs.w_split = add(gs.w_split, mul(adapter_bytes, a.split));
-        gs.w_repl = add(gs.w_repl, mul(adapter_bytes, a.whole));
-        gs.t_split = add(gs.t_split, a.split);
-        gs.t_repl = add(gs.t_repl, a.whole);
-        s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, largest_adapter(r, l, adapter));
-      }
-      // backward needs every Linear weight (frozen ones too, for the input gradient): autocast
-      // keeps the half cast of each.
-      // Fused experts run torch._grouped_mm, which CPU autocast does not cast (activations.cpp
-      // fp32_experts): no half copy of them (measured, peak dump of tuning case
-      // qwen2_moe/h256-L4-V8192/full/amp_bf16/gc/sdpa/b2s192/sgd_momentum: bf16 casts of every
-      // attention, router and shared-expert weight, none of the [4, 384, 256] / [4, 256, 192] experts)
-      const bool uncast_experts = g.moe && l.routed && !g.experts_on_every_token && r.device == Device::Cpu;
-      if (casts_on && !g.frozen && !uncast_experts) gs.casts = add(gs.casts, mul(2, l.weight_params()));
-    }
-    gs.w_repl = add(gs.w_repl, mul(full ? wbytes : frozen_bytes, g.other_params));
-    if (trained) gs.t_repl = add(gs.t_repl, g.other_params);
-    s.trainable = add(s.trainable, mul(g.count, add(gs.t_split, gs.t_repl)));
-    s.groups.push_back(gs);
-    s.linears.push_back(std::move(tl));
+/// Bytes of one Linear's weight and bias as the model holds them (quantized or in its dtype).
+u64 linear_weight_bytes(const Request& r, const StateDtypes& d, const LayerGroup& g, const Linear& l) {
+  // bitsandbytes replaces nn.Linear modules only: Transformers 5's fused expert parameters
+  // ([E, ...], not Linears) stay in the load dtype, and prepare_kbit upcasts them with the rest
+  // (measured, mixtral-tiny nf4_double: 2 layers x 4 experts x 3 x 128 x 448 in fp32 = 5,505,024 B
+  // beside the 4-bit attention)
+  const bool bnb = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
+                   r.quantization == Quantization::Fp4 || r.quantization == Quantization::Int8;
+  if (d.quantized && !(bnb && g.moe && l.routed)) {
+    u64 w = div_ceil(mul(l.weight_params(), d.quant_bits_x1024), 8 * 1024);
+    if (r.quantization == Quantization::Int8) w = add(w, mul(4, l.out, l.copies));  // fp32 row scales
+    w = add(w, mul(quant_state_constants(r.quantization), l.copies));
+    return add(w, mul(d.frozen_bytes, l.bias_params()));
   }
-  if (lora && !any_target) {
+  return mul(d.full ? d.weight_bytes : d.frozen_bytes, l.params());  // frozen layers of a full run are loaded alike
+}
+
+/// One layer of group g: its weight bytes and trainable parameters (TP-split and replicated), its
+/// autocast casts, which Linears save their input for backward; the largest trained tensors go to
+/// s. Returns whether LoRA targets any of its Linears.
+bool add_layer_states(const Request& r, const StateDtypes& d, const LayerGroup& g, ModelStates& s) {
+  TrainableLinears tl;
+  tl.lora_rank = d.lora ? r.lora.rank : 0;
+  GroupStates gs;
+  bool any_target = false;
+  const bool trained = d.full && !g.frozen;
+  u64 previous = 0;  // the trained tensor before this Linear's weight (a layer starts after a norm's)
+  for (const Linear& l : g.linears) {
+    const Adapter adapter = d.lora ? lora_adapter(r, g, l) : Adapter::None;
+    const bool target = adapter != Adapter::None;
+    any_target = any_target || target;
+    tl.saves_input.push_back(trained || target);
+    tl.parametrized.push_back(adapter == Adapter::Param);
+    const bool split = l.split != TpSplit::Replicated;
+    const u64 w = linear_weight_bytes(r, d, g, l);
+    u64 t = 0;
+    if (trained) {
+      t = l.params();
+      const u64 weight = l.weight_params() / l.copies;
+      s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, weight);
+      s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, weight), previous));
+      s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, weight), previous));
+      previous = l.bias_params() > 0 ? l.bias_params() / l.copies : weight;
+    }
+    (split ? gs.w_split : gs.w_repl) = add(split ? gs.w_split : gs.w_repl, w);
+    (split ? gs.t_split : gs.t_repl) = add(split ? gs.t_split : gs.t_repl, t);
+    if (target) {
+      const AdapterShares a = adapter_shares(r, g, l, adapter);
+      gs.w_split = add(gs.w_split, mul(d.adapter_bytes, a.split));
+      gs.w_repl = add(gs.w_repl, mul(d.adapter_bytes, a.whole));
+      gs.t_split = add(gs.t_split, a.split);
+      gs.t_repl = add(gs.t_repl, a.whole);
+      s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, largest_adapter(r, l, adapter));
+    }
+    // backward needs every Linear weight (frozen ones too, for the input gradient): autocast
+    // keeps the half cast of each.
+    // Fused experts run torch._grouped_mm, which CPU autocast does not cast (activations.cpp
+    // fp32_experts): no half copy of them (measured, peak dump of tuning case
+    // qwen2_moe/h256-L4-V8192/full/amp_bf16/gc/sdpa/b2s192/sgd_momentum: bf16 casts of every
+    // attention, router and shared-expert weight, none of the [4, 384, 256] / [4, 256, 192] experts)
+    const bool uncast_experts = g.moe && l.routed && !g.experts_on_every_token && r.device == Device::Cpu;
+    if (d.autocast_casts && !g.frozen && !uncast_experts) gs.casts = add(gs.casts, mul(2, l.weight_params()));
+  }
+  gs.w_repl = add(gs.w_repl, mul(d.full ? d.weight_bytes : d.frozen_bytes, g.other_params));
+  if (trained) gs.t_repl = add(gs.t_repl, g.other_params);
+  s.trainable = add(s.trainable, mul(g.count, add(gs.t_split, gs.t_repl)));
+  s.groups.push_back(gs);
+  s.linears.push_back(std::move(tl));
+  return any_target;
+}
+
+/// The layers' states, group by group; a LoRA run whose targets match no Linear is an error.
+void add_layers_states(const Request& r, const StateDtypes& d, ModelStates& s) {
+  const ModelSpec& m = r.model;
+  bool any_target = false;
+  for (const LayerGroup& g : m.groups) any_target = add_layer_states(r, d, g, s) || any_target;
+  if (d.lora && !any_target) {
     std::string names;
     if (!m.groups.empty())
       for (const Linear& l : m.groups.front().linears) names += (names.empty() ? "" : ", ") + l.name;
     throw Error("none of the LoRA targets matches a Linear layer of this model; its layers have: " + names +
                 " (or use \"all-linear\")");
   }
+}
 
+/// The weights outside the layers, and what of them trains: all in a full run, the LoRA adapters
+/// on the outer Linears otherwise.
+void add_outer_states(const Request& r, const StateDtypes& d, ModelStates& s) {
+  const ModelSpec& m = r.model;
   // Outside the layers: embeddings, head, norms (never quantized: bitsandbytes skips lm_head).
   const ParamCounts pc = count_params(m);
-  const u64 ob = full ? wbytes : frozen_bytes;
+  const u64 ob = d.full ? d.weight_bytes : d.frozen_bytes;
   s.emb_w = mul(ob, pc.embedding);
   const u64 head_split = m.tied_embeddings ? 0 : m.lm_head.weight_params();
   s.head_w_split = mul(ob, head_split);
@@ -327,11 +353,11 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
   // quantizes lm_head too.
   const bool bnb4 = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
                     r.quantization == Quantization::Fp4;
-  if ((r.task == Task::Qlora || inference) && bnb4 && head_split > 0 &&
+  if ((r.task == Task::Qlora || d.inference) && bnb4 && head_split > 0 &&
       framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantizes_lm_head)
-    s.head_w_split = add(div_ceil(mul(head_split, qbits), 8 * 1024), quant_state_constants(r.quantization));
+    s.head_w_split = add(div_ceil(mul(head_split, d.quant_bits_x1024), 8 * 1024), quant_state_constants(r.quantization));
   s.head_w_repl = mul(ob, add(pc.other, m.lm_head.bias_params()));
-  if (full) {
+  if (d.full) {
     // frozen bottom layers come with frozen embeddings
     s.emb_t = r.frozen_layers > 0 ? 0 : pc.embedding;
     s.head_t_split = head_split;
@@ -348,27 +374,76 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, m.position_params), m.embedding_params));
     }
   }
-  if (casts_on) s.head_casts = mul(2, m.lm_head.in, m.vocab);
+  if (d.autocast_casts) s.head_casts = mul(2, m.lm_head.in, m.vocab);
   // LoRA adapters on the Linears outside the layers (measured, tuning case
   // bert/h128-L2-V1024/mlm/lora-r16-all/bf16/gc/eager/b2s128/adamw: "all-linear" wraps
   // cls.predictions.transform.dense, 4,096 more trainable parameters and their AdamW states)
   for (const Linear& l : m.outer_linears) {
-    if (!lora || !lora_targets(r, l.name)) continue;
+    if (!d.lora || !lora_targets(r, l.name)) continue;
     const u64 p = mul(r.lora.rank, add(l.in, l.out));
-    s.head_w_repl = add(s.head_w_repl, mul(adapter_bytes, p));
+    s.head_w_repl = add(s.head_w_repl, mul(d.adapter_bytes, p));
     s.head_t_repl = add(s.head_t_repl, p);
     s.trainable = add(s.trainable, p);
     s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, mul(r.lora.rank, std::max(l.in, l.out)));
   }
+}
 
+/// transformers.Adafactor's states of the whole model and its step's temporaries.
+void set_adafactor_states(const Request& r, const StateDtypes& d, ModelStates& s) {
+  const ModelSpec& m = r.model;
+  // transformers.Adafactor: factored second moment (fp32 row + column vectors) for matrices,
+  // full for vectors; no first moment by default (beta1=None).
+  u64 st = 0;
+  for (size_t gi = 0; gi < m.groups.size(); ++gi) {
+    const LayerGroup& g = m.groups[gi];
+    u64 per = 0;
+    for (const Linear& l : g.linears) {
+      if (d.full) per = add(per, add(mul(4, add(l.in, l.out), l.copies), mul(4, l.bias_params())));
+      else if (const Adapter a = d.lora ? lora_adapter(r, g, l) : Adapter::None; a == Adapter::Param && l.routed) {
+        // A [r' E, in] and B [out', r' E] factored (r' = 2r, out' = 2 out for gate_up_proj: half on each)
+        const bool gate_up = l.input == LinearInput::MlpIn;
+        const u64 re = mul(gate_up ? 2 : 1, r.lora.rank, l.copies);
+        per = add(per, gate_up ? mul(2, add(re, add(l.in, add(mul(2, l.out), re))))
+                               : mul(4, add(add(re, l.in), add(re, l.out))));
+      } else if (a != Adapter::None)
+        per = add(per, mul(4, add(add(r.lora.rank, l.in), add(r.lora.rank, l.out)), l.copies));
+    }
+    if (d.full) per = add(per, mul(4, g.other_params));
+    st = add(st, mul(g.count, per));
+  }
+  // the learned position table [positions, h] is a matrix too: factored (tuning case
+  // gpt2/h128-L4-V1024/full/amp_bf16/gc/sdpa/b3s64/adafactor: [1024] + [128] fp32 for wpe)
+  const u64 positions_factored = m.position_params > 0 ? add(m.position_params / std::max<u64>(1, m.hidden), m.hidden) : 0;
+  if (d.full) st = add(st, mul(4, add(add(m.vocab, m.hidden), add(count_params(m).other, positions_factored))));
+  s.state_bytes = st;
+  // transformers.Adafactor.step on one tensor: update = grad**2 + eps and the row x column
+  // product that replaces it, later update and -update: two fp32 copies of the largest tensor;
+  // half-precision parameters add the fp32 copies of grad and parameter it makes
+  // (grad.float(), p.float()): four (measured, tuning cases
+  // phi3/h384-L4-V16384/full/fp32/nogc/eager/b3s48/adafactor: 2 x the [16384, 384] embedding;
+  // gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor: 4 x [32000, 384] in fp32)
+  // The loop's `update` of the previous tensor stays alive until `update = (grad**2) + eps`
+  // of the next one is assigned (optimization.py Adafactor.step, lines 1261 and 1270): gate_proj
+  // then up_proj of a gated MLP make three (five) copies of one size (measured, tuning case
+  // qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor: the previous [1824, 336] mul
+  // beside the current pow and add)
+  const u64 per = s.grad_bytes < 4 ? 4 : 2;
+  const u64 pair = per == 4 ? s.step_pair_x4 : s.step_pair_x2;
+  s.step_temporary = mul(4, std::max(pair, mul(per, s.largest_trainable_tensor)));
+  s.step_temporary_per_tensor = true;
+}
+
+/// Gradient, master and optimizer-state bytes (and the step's temporaries) of the trainable
+/// parameters counted in s.
+void set_optimizer_states(const Request& r, const StateDtypes& d, MixedMode mixed, ModelStates& s) {
   // Gradient, master and optimizer-state bytes per trainable parameter.
-  const bool half_params = !fp32 && mixed != MixedMode::Autocast && mixed != MixedMode::ShardedFp32;
-  s.weight_bytes_per_trainable = full ? wbytes : adapter_bytes;
-  s.grad_bytes = full ? (half_params ? 2 : 4) : adapter_bytes;
-  if (full && mixed == MixedMode::HalfMaster) s.master_bytes = 4;
+  const bool half_params = !d.fp32 && mixed != MixedMode::Autocast && mixed != MixedMode::ShardedFp32;
+  s.weight_bytes_per_trainable = d.full ? d.weight_bytes : d.adapter_bytes;
+  s.grad_bytes = d.full ? (half_params ? 2 : 4) : d.adapter_bytes;
+  if (d.full && mixed == MixedMode::HalfMaster) s.master_bytes = 4;
   // optimizer states follow the parameter dtype the optimizer sees (the fp32 master where
   // there is one).
-  const u64 sb = (full && (mixed == MixedMode::HalfMaster)) ? 4 : s.grad_bytes;
+  const u64 sb = (d.full && (mixed == MixedMode::HalfMaster)) ? 4 : s.grad_bytes;
   const u64 n = s.trainable;
   switch (r.optimizer) {
     case Optimizer::AdamW:
@@ -395,50 +470,20 @@ ModelStates model_states(const Request& r, MixedMode mixed) {
       // one kernel per tensor without temporaries (CUDA kernel; the CPU backend's custom op)
       s.state_bytes = mul(4, n);
       break;
-    case Optimizer::Adafactor: {
-      // transformers.Adafactor: factored second moment (fp32 row + column vectors) for matrices,
-      // full for vectors; no first moment by default (beta1=None).
-      u64 st = 0;
-      for (size_t gi = 0; gi < m.groups.size(); ++gi) {
-        const LayerGroup& g = m.groups[gi];
-        u64 per = 0;
-        for (const Linear& l : g.linears) {
-          if (full) per = add(per, add(mul(4, add(l.in, l.out), l.copies), mul(4, l.bias_params())));
-          else if (const Adapter a = lora ? lora_adapter(r, g, l) : Adapter::None; a == Adapter::Param && l.routed) {
-            // A [r' E, in] and B [out', r' E] factored (r' = 2r, out' = 2 out for gate_up_proj: half on each)
-            const bool gate_up = l.input == LinearInput::MlpIn;
-            const u64 re = mul(gate_up ? 2 : 1, r.lora.rank, l.copies);
-            per = add(per, gate_up ? mul(2, add(re, add(l.in, add(mul(2, l.out), re))))
-                                   : mul(4, add(add(re, l.in), add(re, l.out))));
-          } else if (a != Adapter::None)
-            per = add(per, mul(4, add(add(r.lora.rank, l.in), add(r.lora.rank, l.out)), l.copies));
-        }
-        if (full) per = add(per, mul(4, g.other_params));
-        st = add(st, mul(g.count, per));
-      }
-      // the learned position table [positions, h] is a matrix too: factored (tuning case
-      // gpt2/h128-L4-V1024/full/amp_bf16/gc/sdpa/b3s64/adafactor: [1024] + [128] fp32 for wpe)
-      const u64 positions_factored = m.position_params > 0 ? add(m.position_params / std::max<u64>(1, m.hidden), m.hidden) : 0;
-      if (full) st = add(st, mul(4, add(add(m.vocab, m.hidden), add(pc.other, positions_factored))));
-      s.state_bytes = st;
-      // transformers.Adafactor.step on one tensor: update = grad**2 + eps and the row x column
-      // product that replaces it, later update and -update: two fp32 copies of the largest tensor;
-      // half-precision parameters add the fp32 copies of grad and parameter it makes
-      // (grad.float(), p.float()): four (measured, tuning cases
-      // phi3/h384-L4-V16384/full/fp32/nogc/eager/b3s48/adafactor: 2 x the [16384, 384] embedding;
-      // gpt2/h384-L3-V32000/full/bf16/nogc/eager/b1s32/adafactor: 4 x [32000, 384] in fp32)
-      // The loop's `update` of the previous tensor stays alive until `update = (grad**2) + eps`
-      // of the next one is assigned (optimization.py Adafactor.step, lines 1261 and 1270): gate_proj
-      // then up_proj of a gated MLP make three (five) copies of one size (measured, tuning case
-      // qwen2/h336-L3-V2048/full/amp_bf16/gc/sdpa/b2s128/adafactor: the previous [1824, 336] mul
-      // beside the current pow and add)
-      const u64 per = s.grad_bytes < 4 ? 4 : 2;
-      const u64 pair = per == 4 ? s.step_pair_x4 : s.step_pair_x2;
-      s.step_temporary = mul(4, std::max(pair, mul(per, s.largest_trainable_tensor)));
-      s.step_temporary_per_tensor = true;
-      break;
-    }
+    case Optimizer::Adafactor: set_adafactor_states(r, d, s); break;
   }
+}
+
+}  // namespace
+
+ModelStates model_states(const Request& r, MixedMode mixed) {
+  ModelStates s;
+  s.mixed = mixed;
+  s.tied_embeddings = r.model.tied_embeddings;
+  const StateDtypes d = state_dtypes(r, mixed);
+  add_layers_states(r, d, s);
+  add_outer_states(r, d, s);
+  set_optimizer_states(r, d, mixed, s);
   return s;
 }
 
