@@ -1452,7 +1452,18 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
     const u64 many = (m.mlp == MlpKind::Gated || down_lora) ? 3 : 2;
     u64 released = down_in.extra;                 // rank-r intermediate, casts
     if (down_in.shared && !relu) released = add(released, mul(p, g.mlp_intermediate));
-    const u64 at_dgrad = mul(p, g.mlp_intermediate);  // dm before down's saved tensors go
+    // A residual dropout after the down projection (OPT, BioGPT, GPT-2: hidden dropout > 0) is
+    // the block's last op: its mul node runs first in the block's backward and frees its mask
+    // (torch/csrc/autograd/engine.cpp releases a node's saved variables once it has run), so at
+    // every MLP moment that part of the layer's saved tensors is gone. Its output, the gradient of
+    // down_proj's output [T, h], is a tensor of its own, the input of down_proj's node(s), alive
+    // until they have run (measured: peak dump of opt/lora/fp32/gc/sdpa at the add of fc2's base
+    // and adapter input gradients: one fp32 [T, h] noise, the attention's, and no dropout
+    // gradient; of tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd at fc2's weight
+    // gradient mm: the mask gone, the dropout's backward mul [2, 384, 256] next to dm).
+    const u64 dropout_mask_freed = mul(dropout_mask(m.hidden_dropout, L.r, p), h);
+    const u64 dropout_grad = m.hidden_dropout > 0 ? mul(p, h) : 0;
+    const u64 at_dgrad = add(mul(p, g.mlp_intermediate), dropout_grad);  // dm before down's saved tensors go
     const u64 after = sub_floor(mul(many, p, g.mlp_intermediate), released);
     // Inside the activation's backward, next to its incoming gradient: BloomGelu's hand-written
     // backward (bloom_gelu_back) holds tanh_out, tanh_out^2, 1 - tanh_out^2 and two products, 5 x
@@ -1465,8 +1476,8 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
     // input already released in gpt2/full/bf16/gc/sdpa).
     const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 ? 2 : 1);
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
-    mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
-    mlp_at_down = mul(tokens, add(mul(d.residual, h), at_dgrad));
+    mlp_bwd = mul(tokens, sub_floor(add(mul(d.residual, h), std::max({at_dgrad, after, at_act})), dropout_mask_freed));
+    mlp_at_down = mul(tokens, sub_floor(add(mul(d.residual, h), at_dgrad), dropout_mask_freed));
     if (amp_casts_kept) {
       // Autocast, no checkpointing: the down projection's node releases its saved half weight copy
       // with its input, and its half weight gradient is cast to the fp32 .grad (ToCopyBackward,
@@ -1476,7 +1487,7 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
       // bf16 [1536, 384] copy freed right after its addmm backward, its bf16 gradient right after
       // the fp32 cast, both before gelu_new's first mul backward).
       const u64 later = sub_floor(mul(tokens, std::max(after, at_act)), down_cast);
-      mlp_bwd = add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later));
+      mlp_bwd = sub_floor(add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later)), mul(tokens, dropout_mask_freed));
     }
   }
   out.mlp_backward_transient = mlp_bwd;
