@@ -1385,6 +1385,13 @@ bool amp_weight_casts_kept(const Layer& L) {
   return L.d.amp && !L.r.gradient_checkpointing && L.r.task != Task::Qlora && !L.g.frozen;
 }
 
+// Checkpointing under autocast (full fine-tune, dense layers): the recomputed forward casts every
+// trained Linear's weight to half again (the first forward's cast cache is gone) and each mm keeps
+// its copy for the input gradient until its own node runs.
+bool amp_recomputed_casts(const Layer& L) {
+  return L.d.amp && L.r.gradient_checkpointing && L.full && !L.g.moe && !L.g.frozen;
+}
+
 /// The MoE block's backward moments; returns the worst of them and `mlp_bwd` (bytes).
 u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivations& out) {
   const LayerGroup& g = L.g;
@@ -1489,6 +1496,29 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
       const u64 later = sub_floor(mul(tokens, std::max(after, at_act)), down_cast);
       mlp_bwd = sub_floor(add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later)), mul(tokens, dropout_mask_freed));
     }
+    if (amp_recomputed_casts(L)) {
+      // Checkpointing under autocast: at down_proj's node every half copy the recomputation made is
+      // alive, with down_proj's half weight gradient; the node then frees its copy, and its half
+      // gradient is cast to the fp32 .grad and freed (ToCopyBackward) before the activation's backward:
+      // from there the other Linears' copies (the attention's included) are alive and no half
+      // gradient (measured, op-by-op live bytes of tuning case
+      // gpt2/h256-L3-V1024/full/amp_bf16/gc/sdpa/b3s128/sgd in the recomputed layer: c_proj's bf16
+      // [1024, 256] copy freed right after its weight-gradient mm, the fp32 gradient made and the bf16
+      // one freed next; the peak at gelu_new's mul backward with the bf16 copies of c_fc [256, 1024],
+      // c_attn [256, 768] and the attention's c_proj [256, 256]). estimate.cpp adds down_proj's
+      // gradient (down_grad, new_grads) to every MLP moment: at the node its half gradient stands in
+      // for the fp32 one, not made yet and twice its size, so the half one is not added here.
+      u64 all_casts = 0, down_w = 0;
+      for (size_t i = 0; i < g.linears.size(); ++i) {
+        if (g.linears[i].routed || !L.t.saves_input[i]) continue;
+        all_casts = add(all_casts, mul(p, g.linears[i].weight_params()));
+        if (g.linears[i].input == LinearInput::MlpHidden) down_w = add(down_w, g.linears[i].weight_params());
+      }
+      const u64 at_node = add(mul(tokens, at_dgrad), all_casts);
+      const u64 later = add(mul(tokens, std::max(after, at_act)), sub_floor(all_casts, mul(p, down_w)));
+      mlp_bwd = sub_floor(add(mul(tokens, d.residual, h), std::max(at_node, later)), mul(tokens, dropout_mask_freed));
+      mlp_at_down = add(mlp_at_down, all_casts);
+    }
   }
   out.mlp_backward_transient = mlp_bwd;
   out.mlp_backward_at_down = g.moe ? mlp_bwd : mlp_at_down;
@@ -1563,7 +1593,8 @@ void autocast_half_gradient(const Layer& L, LayerActivations& out) {
   out.backward_transient = add(out.backward_transient, mul(2, biggest));
   out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
   if (!amp_casts_kept || g.moe) out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
-  if (!amp_casts_kept || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
+  // (checkpointed dense layers: no half gradient at the MLP moments past down_proj's node, see mlp_backward)
+  if ((!amp_casts_kept && !amp_recomputed_casts(L)) || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
   out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
 }
 
