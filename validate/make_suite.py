@@ -809,6 +809,9 @@ def pattern_cases():
         named("bloom", 1, 3, 1024, task="lora", attention="eager", gradient_checkpointing=True,
               optimizer="adafactor", micro_batch_size=2, sequence_length=768,
               lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
+        # gelu_new's last mul makes two [T, i] gradients next to dm (gpt2 fp32 nogc sdpa at a long
+        # sequence, the tensor schedule chosen once the engine no longer overshoots)
+        named("gpt2", 3, 2, 1024, attention="sdpa", micro_batch_size=1, sequence_length=448),
     ]
 
 
