@@ -809,6 +809,14 @@ def pattern_cases():
         named("bloom", 1, 3, 1024, task="lora", attention="eager", gradient_checkpointing=True,
               optimizer="adafactor", micro_batch_size=2, sequence_length=768,
               lora={"rank": 8, "alpha": 16, "targets": ["query_key_value"], "dropout": 0.0}),
+        # gelu_new's last mul makes two [T, i] gradients next to dm (gpt2 fp32 nogc sdpa at a long
+        # sequence, the tensor schedule chosen once the engine no longer overshoots)
+        named("gpt2", 3, 2, 1024, attention="sdpa", micro_batch_size=1, sequence_length=448),
+        # the recomputation stops at the MLP's residual dropout noise (gpt_bigcode LoRA on c_fc,
+        # fp32, checkpointing, SDPA)
+        named("gpt_bigcode", 2, 3, 2048, task="lora", attention="sdpa", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=192,
+              lora={"rank": 16, "alpha": 32, "targets": ["c_fc"], "dropout": 0.0}),
     ]
 
 

@@ -1166,6 +1166,15 @@ u64 recompute_down_output(const Layer& L, MlpBlock& mb) {
     mb.recompute_stops = true;
     recompute_down_out = mul(2, p, h);
   }
+  // A residual dropout after down_proj keeps its noise, packed before its mul runs: the
+  // recomputation stops there and never makes the dropped output or the layer's output (measured,
+  // op-by-op live bytes of tuning case gpt_bigcode/h256-L3-V2048/lora-r16-mlp/fp32/gc/sdpa/b2s192/adamw:
+  // the recomputation ends with the MLP's bernoulli noise; its peak, at c_fc's adapter, holds the
+  // base output, lora_B's output and its scaled copy beside the attention output local, no [T, h] more).
+  // Not with an adapter on down_proj: there the recomputation's worst moment may be at down_proj's
+  // adapter, and cases that matched with this [T, h] counted (biogpt/lora/bf16/gc/sdpa,
+  // gpt2/lora/fp32/gc/eager/dropout0.1) go down by up to 1 %: what it stands for there is not established.
+  if (m.hidden_dropout > 0 && !post_norms && !lora_on(L, LinearInput::MlpHidden)) mb.recompute_stops = true;
   return recompute_down_out;
 }
 
@@ -1405,6 +1414,13 @@ bool amp_weight_casts_kept(const Layer& L) {
   return L.d.amp && !L.r.gradient_checkpointing && L.r.task != Task::Qlora && !L.g.frozen;
 }
 
+// Checkpointing under autocast (full fine-tune, dense layers): the recomputed forward casts every
+// trained Linear's weight to half again (the first forward's cast cache is gone) and each mm keeps
+// its copy for the input gradient until its own node runs.
+bool amp_recomputed_casts(const Layer& L) {
+  return L.d.amp && L.r.gradient_checkpointing && L.full && !L.g.moe && !L.g.frozen;
+}
+
 /// The MoE block's backward moments; returns the worst of them and `mlp_bwd` (bytes).
 u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivations& out) {
   const LayerGroup& g = L.g;
@@ -1472,7 +1488,18 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
     const u64 many = (m.mlp == MlpKind::Gated || down_lora) ? 3 : 2;
     u64 released = down_in.extra;                 // rank-r intermediate, casts
     if (down_in.shared && !relu) released = add(released, mul(p, g.mlp_intermediate));
-    const u64 at_dgrad = mul(p, g.mlp_intermediate);  // dm before down's saved tensors go
+    // A residual dropout after the down projection (OPT, BioGPT, GPT-2: hidden dropout > 0) is
+    // the block's last op: its mul node runs first in the block's backward and frees its mask
+    // (torch/csrc/autograd/engine.cpp releases a node's saved variables once it has run), so at
+    // every MLP moment that part of the layer's saved tensors is gone. Its output, the gradient of
+    // down_proj's output [T, h], is a tensor of its own, the input of down_proj's node(s), alive
+    // until they have run (measured: peak dump of opt/lora/fp32/gc/sdpa at the add of fc2's base
+    // and adapter input gradients: one fp32 [T, h] noise, the attention's, and no dropout
+    // gradient; of tuning case biogpt/h256-L2-V1024/full/fp32/gc/sdpa/b2s384/sgd at fc2's weight
+    // gradient mm: the mask gone, the dropout's backward mul [2, 384, 256] next to dm).
+    const u64 dropout_mask_freed = mul(dropout_mask(m.hidden_dropout, L.r, p), h);
+    const u64 dropout_grad = m.hidden_dropout > 0 ? mul(p, h) : 0;
+    const u64 at_dgrad = add(mul(p, g.mlp_intermediate), dropout_grad);  // dm before down's saved tensors go
     const u64 after = sub_floor(mul(many, p, g.mlp_intermediate), released);
     // Inside the activation's backward, next to its incoming gradient: BloomGelu's hand-written
     // backward (bloom_gelu_back) holds tanh_out, tanh_out^2, 1 - tanh_out^2 and two products, 5 x
@@ -1485,8 +1512,8 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
     // input already released in gpt2/full/bf16/gc/sdpa).
     const u64 act_live = m.activation == "bloom_gelu" ? 5 : (act_saves == 4 ? 2 : 1);
     const u64 at_act = sub_floor(mul(add(1, act_live), p, g.mlp_intermediate), released);
-    mlp_bwd = mul(tokens, add(mul(d.residual, h), std::max({at_dgrad, after, at_act})));
-    mlp_at_down = mul(tokens, add(mul(d.residual, h), at_dgrad));
+    mlp_bwd = mul(tokens, sub_floor(add(mul(d.residual, h), std::max({at_dgrad, after, at_act})), dropout_mask_freed));
+    mlp_at_down = mul(tokens, sub_floor(add(mul(d.residual, h), at_dgrad), dropout_mask_freed));
     if (amp_casts_kept) {
       // Autocast, no checkpointing: the down projection's node releases its saved half weight copy
       // with its input, and its half weight gradient is cast to the fp32 .grad (ToCopyBackward,
@@ -1496,7 +1523,30 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
       // bf16 [1536, 384] copy freed right after its addmm backward, its bf16 gradient right after
       // the fp32 cast, both before gelu_new's first mul backward).
       const u64 later = sub_floor(mul(tokens, std::max(after, at_act)), down_cast);
-      mlp_bwd = add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later));
+      mlp_bwd = sub_floor(add(mul(tokens, d.residual, h), std::max(mul(tokens, at_dgrad), later)), mul(tokens, dropout_mask_freed));
+    }
+    if (amp_recomputed_casts(L)) {
+      // Checkpointing under autocast: at down_proj's node every half copy the recomputation made is
+      // alive, with down_proj's half weight gradient; the node then frees its copy, and its half
+      // gradient is cast to the fp32 .grad and freed (ToCopyBackward) before the activation's backward:
+      // from there the other Linears' copies (the attention's included) are alive and no half
+      // gradient (measured, op-by-op live bytes of tuning case
+      // gpt2/h256-L3-V1024/full/amp_bf16/gc/sdpa/b3s128/sgd in the recomputed layer: c_proj's bf16
+      // [1024, 256] copy freed right after its weight-gradient mm, the fp32 gradient made and the bf16
+      // one freed next; the peak at gelu_new's mul backward with the bf16 copies of c_fc [256, 1024],
+      // c_attn [256, 768] and the attention's c_proj [256, 256]). estimate.cpp adds down_proj's
+      // gradient (down_grad, new_grads) to every MLP moment: at the node its half gradient stands in
+      // for the fp32 one, not made yet and twice its size, so the half one is not added here.
+      u64 all_casts = 0, down_w = 0;
+      for (size_t i = 0; i < g.linears.size(); ++i) {
+        if (g.linears[i].routed || !L.t.saves_input[i]) continue;
+        all_casts = add(all_casts, mul(p, g.linears[i].weight_params()));
+        if (g.linears[i].input == LinearInput::MlpHidden) down_w = add(down_w, g.linears[i].weight_params());
+      }
+      const u64 at_node = add(mul(tokens, at_dgrad), all_casts);
+      const u64 later = add(mul(tokens, std::max(after, at_act)), sub_floor(all_casts, mul(p, down_w)));
+      mlp_bwd = sub_floor(add(mul(tokens, d.residual, h), std::max(at_node, later)), mul(tokens, dropout_mask_freed));
+      mlp_at_down = add(mlp_at_down, all_casts);
     }
   }
   out.mlp_backward_transient = mlp_bwd;
@@ -1589,7 +1639,8 @@ void autocast_half_gradient(const Layer& L, LayerActivations& out) {
   out.backward_transient = add(out.backward_transient, mul(2, biggest));
   out.attention_backward_transient = add(out.attention_backward_transient, mul(2, biggest));
   if (!amp_casts_kept || g.moe) out.attention_backward_gross = add(out.attention_backward_gross, mul(2, biggest));
-  if (!amp_casts_kept || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
+  // (checkpointed dense layers: no half gradient at the MLP moments past down_proj's node, see mlp_backward)
+  if ((!amp_casts_kept && !amp_recomputed_casts(L)) || g.moe) out.mlp_backward_transient = add(out.mlp_backward_transient, mul(2, biggest));
   out.mlp_backward_at_down = add(out.mlp_backward_at_down, mul(2, biggest));
 }
 

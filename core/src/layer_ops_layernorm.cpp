@@ -398,6 +398,24 @@ void sdpa_math_with_dropout(OpList& l, bool half) {
   l.insert(at, e.begin(), e.end());
 }
 
+/// GPT-NeoX's v is a chunk of query_key_value's output viewed [b, heads, s, 3d] (GPT-2's a split of
+/// c_attn's): at micro-batch 1 matmul folds [1, heads] into bmm's batch dim as a view (the dims
+/// merge), so no contiguous copy is made and the PV matmul keeps the fused output itself until its
+/// backward [N][G][K][D] (tensor log of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896:
+/// no v copy, qkv kept; peak dump of tuning case gpt2/h384-L2-V1024/full/fp32/nogc/sdpa/b1s448/adamw
+/// in the math path: both layers' c_attn addmm [448, 1152] alive in the last layer's MLP backward).
+/// The entry stays, empty, for the gradient of v the PV matmul's backward makes.
+void v_view_of_fused(OpList& l) {
+  TensorOp* v = find_mut(l, "attn.v_copy");
+  v->shape = kNone;
+  v->op = "view";
+  v->saved = false;
+  TensorOp* f = find_mut(l, "qkv.out");
+  f->saved = true;
+  f->dies_after = {};
+  f->released_by = "attn.pv";
+}
+
 /// Eager attention with dropout on the probabilities [G]: softmax (kept), dropout noise and output
 /// (kept by the PV matmul) in the model dtype.
 void eager_probs_dropout(OpList& l) {
@@ -474,6 +492,8 @@ OpList gpt2_like_layer(const LayerSetup& s, bool bigcode) {
       l.insert(position(l, "attn.out"), c.begin(), c.end());
     }
     sdpa_math_with_dropout(l, s.half);
+    // GPT-2's v is a split of c_attn's output: fp32 at micro-batch 1, no copy (v_view_of_fused)
+    if (!bigcode && !s.half && s.one_sequence && !s.checkpointing) v_view_of_fused(l);
   }
   if (!s.full) edit_layernorm_lora(l, s.half);
   return l;
@@ -719,25 +739,6 @@ OpList codegen_embedding(const LayerSetup& s) {
   return l;
 }
 
-namespace {
-
-/// GPT-NeoX's v is a chunk of query_key_value's output viewed [b, heads, s, 3d]: at micro-batch 1
-/// matmul folds [1, heads] into bmm's batch dim as a view (the dims merge), so no contiguous copy
-/// is made and the PV matmul keeps the fused output itself until its backward [N][D] (tensor log
-/// of tuning case gpt_neox/h64-L4-V1024/full/fp32/nogc/eager/b1s896: no v copy, qkv kept).
-/// The entry stays, empty, for the gradient of v the PV matmul's backward makes.
-void v_view_of_fused(OpList& l) {
-  TensorOp* v = find_mut(l, "attn.v_copy");
-  v->shape = kNone;
-  v->op = "view";
-  v->saved = false;
-  TensorOp* f = find_mut(l, "qkv.out");
-  f->saved = true;
-  f->dies_after = {};
-  f->released_by = "attn.pv";
-}
-
-}  // namespace
 
 /// GPTNeoXLayer with use_parallel_residual [N]: attention(ln1(x)) and mlp(ln2(x)) both read the
 /// layer input; out = mlp + attn + x. The attention output stays alive as a local until the
