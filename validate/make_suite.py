@@ -817,6 +817,23 @@ def pattern_cases():
         named("gpt_bigcode", 2, 3, 2048, task="lora", attention="sdpa", gradient_checkpointing=True,
               micro_batch_size=2, sequence_length=192,
               lora={"rank": 16, "alpha": 32, "targets": ["c_fc"], "dropout": 0.0}),
+        # the recomputed forward's half weight copies under autocast + checkpointing, on Llama-like
+        # layers (the GPT-2 cases above): without accumulation they are alive past down_proj's node
+        named("gemma", 2, 3, 1024, precision="amp_bf16", attention="eager", optimizer="sgd",
+              gradient_checkpointing=True, micro_batch_size=2, sequence_length=128),
+        named("mistral", 3, 2, 2048, precision="amp_bf16", attention="eager", optimizer="adamw",
+              gradient_checkpointing=True, micro_batch_size=1, sequence_length=256),
+        named("llama", 2, 3, 1024, precision="amp_bf16", attention="sdpa", optimizer="sgd",
+              gradient_checkpointing=True, micro_batch_size=2, sequence_length=192),
+        # ... and with gradient accumulation, where a later micro-batch's fp32 gradient is a temporary
+        named("gemma", 2, 3, 1024, precision="amp_bf16", attention="eager", optimizer="sgd",
+              gradient_checkpointing=True, micro_batch_size=1, sequence_length=128, gradient_accumulation_steps=2),
+        named("llama", 3, 2, 2048, precision="amp_bf16", attention="sdpa", optimizer="adamw",
+              gradient_checkpointing=True, micro_batch_size=1, sequence_length=160, gradient_accumulation_steps=2),
+        named("gemma", 3, 2, 4096, precision="amp_bf16", attention="eager", optimizer="sgd",
+              gradient_checkpointing=True, micro_batch_size=1, sequence_length=128, gradient_accumulation_steps=2),
+        named("gemma", 3, 3, 2048, precision="amp_bf16", attention="eager", optimizer="sgd",
+              gradient_checkpointing=True, micro_batch_size=1, sequence_length=64, gradient_accumulation_steps=2),
     ]
 
 
