@@ -113,7 +113,8 @@ struct TensorOp {
   Dt dtype = Dt::Model;
   bool saved = false;           ///< autograd keeps it until this layer's backward reaches it
   /// A tensor not saved dies after the entry of this name has been created (its last consumer);
-  /// "" = after the next entry. "layer_out": carried to the next layer (the residual stream).
+  /// "" = after the next entry; its own name: as soon as it is made (a result read once and dropped).
+  /// "layer_out": carried to the next layer (the residual stream; the entry a list hands on).
   /// "next_layer": a checkpointed layer returns it (saved or not), alive until the next layer returns.
   /// "backward_end": the training loop holds it until the micro-batch's backward has run (the loss).
   std::string_view dies_after{};

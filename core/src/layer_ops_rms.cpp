@@ -357,7 +357,7 @@ void edit_autocast(OpList& l) {
   // the half dtype and keeps the casts, v is half already [A]
   for (std::string_view n : {"q.mul_cos", "q.mul_sin", "q.rot", "k.mul_cos", "k.mul_sin", "k.rot"})
     if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Model;
-  for (std::string_view n : {"q.rotate_half", "k.rotate_half"})
+  for (std::string_view n : {"q.neg", "q.rotate_half", "k.neg", "k.rotate_half"})
     if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Half;
   if (TensorOp* o = find_mut(l, "attn.out"); o && o->op != "clone") {
     o->dtype = Dt::Half;
