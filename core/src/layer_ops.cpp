@@ -393,13 +393,11 @@ void edit_input_needs_no_grad(OpList& l) {
   find_mut(l, "attn.residual")->residual_of = {};
 }
 
-namespace {
-
-/// What LlamaModel.forward allocates after the embedding lookup and before the first layer, in that
+/// What LlamaModel.forward allocates after the embedding lookup and before its masks, in that
 /// order (transformers models/llama/modeling_llama.py LlamaModel.forward; masking_utils.py): the
-/// position ids, the packed-sequence check of create_causal_mask, and LlamaRotaryEmbedding.forward.
-/// Sizes and lifetimes checked against the real trace of llama/full/fp32/nogc/sdpa ([.alloc9-missing]).
-void model_setup(OpList& l, const LayerSetup& s) {
+/// position ids and the packed-sequence check of create_causal_mask. Sizes and lifetimes checked
+/// against the real trace of llama/full/fp32/nogc/sdpa ([.alloc9-missing]) and memfit validate --tensors.
+void push_position_ids(OpList& l) {
   const Shape S1 = shape(Sym::S), BS = shape(Sym::B, Sym::S);
   // position_ids = torch.arange(s) + past_seen_tokens: the arange dies with the sum, which the
   // model's frame holds until it returns (the decoder stack's end is the list's nearest point);
@@ -410,36 +408,45 @@ void model_setup(OpList& l, const LayerSetup& s) {
   l.back().checkpoint_input = true;
   // _preprocess_mask_arguments -> find_packed_sequence_indices (no attention_mask, no cache):
   // position_ids[:, :1] - 1, torch.diff(prepend=...) (cat, then sub), != 1, cumsum, [:, -1] == 0,
-  // .all(); its locals die when it returns (after .all(), whose result the `if` reads)
+  // .all(); its locals die when it returns (after .all(), whose result the `if` reads and drops)
   l.push_back({"mask.first_dummy", "sub", shape(Sym::B), Dt::I64, false, "mask.all", kNone});
   l.push_back({"mask.diff_cat", "cat", shape(Sym::B, Sym::S1), Dt::I64, false, {}, kNone});
   l.push_back({"mask.position_diff", "sub", BS, Dt::I64, false, "mask.all", kNone});
   l.push_back({"mask.not_one", "ne", BS, Dt::Bool, false, {}, kNone});
   l.push_back({"mask.sequence_ids", "cumsum", BS, Dt::I64, false, "mask.all", kNone});
   l.push_back({"mask.last_is_zero", "eq", shape(Sym::B), Dt::Bool, false, {}, kNone});
-  l.push_back({"mask.all", "all", shape(Sym::One), Dt::Bool, false, "mask.all", kNone});  // read at once, then dropped
-  // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
-  // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
-  // view) for all layers (before the rotary tables); each layer's SDPA turns it into its own float
-  // mask [K] (eager attention: the model's own float masks, the family's edit)
-  if (s.window_mask && !s.eager) {
-    l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
-    l.back().checkpoint_input = true;
-  }
-  // eager attention: the model builds one 4-D causal mask [b, 1, s, s] for all layers; add saves
-  // nothing [D], so it lives until the decoder stack returns [L]
-  if (s.eager) {
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
-    l.back().checkpoint_input = true;
-  }
-  // LlamaRotaryEmbedding.forward [L]: position_ids[..., None].float() (dies with the product),
-  // freqs = that * inv_freq [1, s, d/2], emb = cat((freqs, freqs)) [1, s, d], emb.cos() and
-  // emb.sin() each times attention_scaling (a new tensor; the cos() / sin() one dies with it), then
-  // .to(x.dtype): a copy in half precision (the fp32 cos / sin die when it returns), the same tensor
-  // in fp32. cos and sin are used by every layer (kept by every layer's rotary muls until the
-  // backward is over); position_ids is one row shared by the batch, so they are [1, s, head_dim]
+  l.push_back({"mask.all", "all", shape(Sym::One), Dt::Bool, false, "mask.all", kNone});
+}
+
+/// masking_utils.eager_mask (no attention_mask): sdpa_mask(allow_is_causal_skip=False) builds the
+/// batch, head, q and kv aranges (q and kv: arange + offset, the arange dying with the sum), the
+/// bool [1, 1, s, s] of causal_mask_function (kv_idx <= q_idx), its locals dying as it returns; then
+/// torch.where(mask, zeros((), dtype), min_dtype) (the 0-d zeros and the wrapped scalar, in the
+/// model dtype) makes the float mask, after which the bool one dies. The float mask ("causal_mask")
+/// follows. Checked against the real trace of phi/lora/fp32/gc/eager ([.alloc9-missing]).
+void push_eager_mask_setup(OpList& l) {
+  const std::string_view bool_mask = "mask.causal_bool";
+  l.push_back({"mask.batch_arange", "arange", shape(Sym::B), Dt::I64, false, bool_mask, kNone});
+  l.push_back({"mask.head_arange", "arange", shape(Sym::One), Dt::I64, false, bool_mask, kNone});
+  l.push_back({"mask.q_arange_raw", "arange", shape(Sym::S), Dt::I64, false, {}, kNone});
+  l.push_back({"mask.q_arange", "add", shape(Sym::S), Dt::I64, false, bool_mask, kNone});
+  l.push_back({"mask.kv_arange_raw", "arange", shape(Sym::S), Dt::I64, false, {}, kNone});
+  l.push_back({"mask.kv_arange", "add", shape(Sym::S), Dt::I64, false, bool_mask, kNone});
+  l.push_back({bool_mask, "le", shape(Sym::S, Sym::S), Dt::Bool, false, "causal_mask", kNone});
+  l.push_back({"mask.zero", "zeros", shape(Sym::One), Dt::Model, false, "causal_mask", kNone});
+  l.push_back({"mask.min", "scalar_tensor", shape(Sym::One), Dt::Model, false, "causal_mask", kNone});
+}
+
+/// LlamaRotaryEmbedding.forward [L] (GPT-NeoX's, StableLM's and Phi's are copies of it):
+/// position_ids[..., None].float() (dies with the product), freqs = that * inv_freq [1, s, d/2],
+/// emb = cat((freqs, freqs)) [1, s, d], emb.cos() and emb.sin() each times attention_scaling (a new
+/// tensor; the cos() / sin() one dies with it), then .to(x.dtype): a copy in half precision (the
+/// fp32 cos / sin die when it returns), the same tensor in fp32. cos and sin are used by every layer
+/// (kept by every layer's rotary muls until the backward is over); position_ids is one row shared
+/// by the batch, so they are [1, s, head_dim] (head_dim: the rotary dims)
+void push_rotary_tables(OpList& l, const LayerSetup& s) {
   const std::string_view end = "rotary.sin";
-  const Shape SD = shape(Sym::S, Sym::HeadDim);
+  const Shape S1 = shape(Sym::S), SD = shape(Sym::S, Sym::HeadDim);
   l.push_back({"rotary.position_float", "_to_copy", S1, Dt::F32, false, {}, kNone});
   l.push_back({"rotary.freqs", "mul", shape(Sym::S, Sym::HeadDimHalf), Dt::F32, false, end, kNone});
   l.push_back({"rotary.emb", "cat", SD, Dt::F32, false, end, kNone});
@@ -452,6 +459,29 @@ void model_setup(OpList& l, const LayerSetup& s) {
   l.push_back({"rotary.cos", s.half ? "_to_copy" : "mul", SD, Dt::Model, true, {}, kNone});
   if (!s.half) l.push_back({"rotary.sin_raw", "sin", SD, Dt::F32, false, {}, kNone});
   l.push_back({"rotary.sin", s.half ? "_to_copy" : "mul", SD, Dt::Model, true, {}, kNone});
+}
+
+namespace {
+
+/// LlamaModel.forward after the lookup: position ids, the masks, the rotary tables.
+void model_setup(OpList& l, const LayerSetup& s) {
+  push_position_ids(l);
+  // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
+  // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
+  // view) for all layers (before the rotary tables); each layer's SDPA turns it into its own float
+  // mask [K] (eager attention: the model's own float masks, the family's edit)
+  if (s.window_mask && !s.eager) {
+    l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
+  // eager attention: the model builds one 4-D causal mask [b, 1, s, s] for all layers; add saves
+  // nothing [D], so it lives until the decoder stack returns [L]
+  if (s.eager) {
+    push_eager_mask_setup(l);
+    l.push_back({"causal_mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    l.back().checkpoint_input = true;
+  }
+  push_rotary_tables(l, s);
 }
 
 }  // namespace

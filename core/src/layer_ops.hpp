@@ -223,6 +223,14 @@ struct FamilyLists {
 /// log-probabilities, nll_loss's two scalars and the entry whose backward starts the chain.
 void push_loss(OpList& l, const LayerSetup& s);
 
+/// What the Llama-like models (and GPT-NeoX, StableLM, Phi) allocate after the embedding lookup:
+/// the position ids and create_causal_mask's packed-sequence check, then (after the masks) the
+/// rotary tables with their intermediates (layer_ops.cpp).
+void push_position_ids(OpList& l);
+void push_rotary_tables(OpList& l, const LayerSetup& s);
+/// eager_mask's set-up before the float causal mask (an entry named "causal_mask" must follow).
+void push_eager_mask_setup(OpList& l);
+
 /// The edits, exposed for tests and for families that need them.
 void edit_half_precision(OpList& l);
 /// Half eager attention's softmax(dtype=float32) around an existing "attn.probs_half": the fp32

@@ -795,12 +795,14 @@ OpList falcon_embedding(const LayerSetup& s) {
 /// GPTNeoXModel [N]: embed_in (saves the indices only [D]); the rotary cos / sin [1, s, rotary
 /// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims); eager
 /// attention reads one [b, 1, s, s] mask (create_causal_mask), as Phi's and StableLM's.
+/// In the model's order: the lookup (handed on: the entry dying at layer_out), the position ids and
+/// mask checks, the mask, the rotary tables (GPTNeoXModel.forward, as LlamaModel's [N]).
 OpList gpt_neox_embedding(const LayerSetup& s) {
   OpList l;
-  l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
-  l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
-  if (s.eager) l.push_back(shared_mask("where"));  // create_causal_mask's eager mask [N]
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+  push_position_ids(l);
+  if (s.eager) push_eager_mask_setup(l), l.push_back(shared_mask("where"));  // create_causal_mask's eager mask [N]
+  push_rotary_tables(l, s);
   return l;
 }
 
@@ -934,8 +936,11 @@ void embedding_leaf_until_backward_end(OpList& l, const LayerSetup& s) {
 OpList phi_embedding(const LayerSetup& s) {
   OpList l = gpt_neox_embedding(s);  // (with the eager mask)
   if (s.embd_dropout) {
-    l.back().dies_after = "embed.dropped";
-    add_embedding_dropout(l, s);
+    // PhiModel.forward drops out the embeddings after the mask, before the rotary tables
+    find_mut(l, "embed.out")->dies_after = "embed.dropped";
+    OpList dropout;
+    add_embedding_dropout(dropout, s);
+    l.insert(position(l, "rotary.position_float"), dropout.begin(), dropout.end());
     embedding_leaf_until_backward_end(l, s);
   }
   return l;
