@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 namespace memfit::sched {
 
@@ -68,6 +69,18 @@ void autocast_linear(OpList& l, const AutocastLinear& a) {
   in->dies_after = a.input_cast;
 }
 
+/// RMSNorm's variance + eps [D: add with a number saves nothing, passes its gradient on]: a new
+/// tensor of the variance's rows, dead once rsqrt has read it (layer_ops.cpp rms_norm); its name by
+/// the norm's mean entry ("" for a norm not listed here: none added).
+std::string_view var_eps_of(std::string_view mean) {
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kNames{{
+      {"q_norm.mean", "q_norm.var_eps"}, {"k_norm.mean", "k_norm.var_eps"},
+      {"post_attn.mean", "post_attn.var_eps"}, {"post_ff.mean", "post_ff.var_eps"}}};
+  for (const auto& [m, v] : kNames)
+    if (m == mean) return v;
+  return {};
+}
+
 /// An RMSNorm over each head of the output of `proj` (a [T, width] tensor of `rows` head rows),
 /// built as LlamaRMSNorm is [L][D]: in half precision the upcast is what pow keeps; a trained
 /// weight keeps x_hat (its half cast in half precision); the normed heads take the projection's
@@ -85,7 +98,9 @@ void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const 
   OpList e;
   if (half_in) e.push_back({n[0], "_to_copy", width, Dt::F32, true, {}, width, kNone, Dt::Model, half});
   e.push_back({n[1], "pow", width, Dt::F32, false, {}, kNone});
-  e.push_back({n[2], "mean", rows, Dt::F32, false, {}, kNone});
+  // (`variance` is a local of LlamaRMSNorm.forward: it dies when the norm returns its output)
+  e.push_back({n[2], "mean", rows, Dt::F32, false, n[6], kNone});
+  if (!var_eps_of(n[2]).empty()) e.push_back({var_eps_of(n[2]), "add", rows, Dt::F32, false, {}, kNone});
   e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
   e.push_back({n[4], "mul", width, Dt::F32, s.full && !half_in, {}, width, kNone, Dt::Model, Dt::F32});
   if (half_in) e.push_back({n[5], "_to_copy", width, half, s.full, {}, width, kNone, Dt::Model, half});
@@ -214,6 +229,7 @@ void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::str
   if (s.half) e.push_back({n[0], "_to_copy", w, Dt::F32, true, {}, w});
   e.push_back({n[1], "pow", w, Dt::F32, false, {}, kNone});
   e.push_back({n[2], "mean", d.rows, Dt::F32, false, {}, kNone});
+  if (!var_eps_of(n[2]).empty()) e.push_back({var_eps_of(n[2]), "add", d.rows, Dt::F32, false, {}, kNone});
   e.push_back({n[3], "rsqrt", d.rows, Dt::F32, true, {}, kNone});
   e.push_back({n[4], "mul", w, Dt::F32, s.full, {}, w, kNone, Dt::Model, Dt::F32});
   if (s.half) e.push_back({n[5], "mul", w, Dt::F32, false, {}, w, kNone, Dt::Model, Dt::F32});
