@@ -398,7 +398,7 @@ void edit_input_needs_no_grad(OpList& l) {
 /// position ids and the packed-sequence check of create_causal_mask. Sizes and lifetimes checked
 /// against the real trace of llama/full/fp32/nogc/sdpa ([.alloc9-missing]) and memfit validate --tensors.
 void push_position_ids(OpList& l) {
-  const Shape S1 = shape(Sym::S), BS = shape(Sym::B, Sym::S);
+  const Shape S1 = shape(Sym::S);
   // position_ids = torch.arange(s) + past_seen_tokens: the arange dies with the sum, which the
   // model's frame holds until it returns (the decoder stack's end is the list's nearest point);
   // every decoder layer gets it, so under checkpointing each checkpoint keeps it for its
@@ -406,6 +406,10 @@ void push_position_ids(OpList& l) {
   l.push_back({"position.arange", "arange", S1, Dt::I64, false, {}, kNone});
   l.push_back({"position.ids", "add", S1, Dt::I64, false, "decoder_end", kNone});
   l.back().checkpoint_input = true;
+}
+
+void push_packed_sequence_check(OpList& l) {
+  const Shape BS = shape(Sym::B, Sym::S);
   // _preprocess_mask_arguments -> find_packed_sequence_indices (no attention_mask, no cache):
   // position_ids[:, :1] - 1, torch.diff(prepend=...) (cat, then sub), != 1, cumsum, [:, -1] == 0,
   // .all(); its locals die when it returns (after .all(), whose result the `if` reads and drops)
@@ -466,6 +470,7 @@ namespace {
 /// LlamaModel.forward after the lookup: position ids, the masks, the rotary tables.
 void model_setup(OpList& l, const LayerSetup& s) {
   push_position_ids(l);
+  push_packed_sequence_check(l);
   // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
   // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
   // view) for all layers (before the rotary tables); each layer's SDPA turns it into its own float

@@ -227,6 +227,7 @@ void push_loss(OpList& l, const LayerSetup& s);
 /// the position ids and create_causal_mask's packed-sequence check, then (after the masks) the
 /// rotary tables with their intermediates (layer_ops.cpp).
 void push_position_ids(OpList& l);
+void push_packed_sequence_check(OpList& l);
 void push_rotary_tables(OpList& l, const LayerSetup& s);
 /// eager_mask's set-up before the float causal mask (an entry named "causal_mask" must follow).
 void push_eager_mask_setup(OpList& l);
