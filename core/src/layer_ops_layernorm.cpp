@@ -964,11 +964,25 @@ const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernor
 /// attention reads one [b, 1, s, s] mask built for all layers (under checkpointing each checkpoint
 /// keeps it until its backward: the tracker's trace of opt/h128-L2-V1024/full/bf16/gc/eager/b4s512
 /// holds it at the peak in the backward, as the Llama lists have it).
+/// In OPTModel.forward's order: the lookup; with no attention_mask, position_attention_mask = ones
+/// [b, s] fp32 (a local until it returns), cumsum, (x * mask - 1).long() (position_ids, a local; the
+/// fp32 steps die at the next one); create_causal_mask (the eager mask; memfit validate --tensors
+/// finds no packed-sequence check here); OPTLearnedPositionalEmbedding: position_ids + 2, saved by a trained table's
+/// embedding [D] (released by its backward), else dead once looked up. Checked against the real
+/// trace of opt/full/fp32/nogc/sdpa ([.alloc9-missing]) and memfit validate --tensors.
 OpList opt_embedding(const LayerSetup& s) {
   OpList l;
-  if (s.eager)
-    l.push_back(shared_mask());
+  const Shape BS = shape(Sym::B, Sym::S);
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
+  l.push_back({"position.mask_ones", "ones", BS, Dt::F32, false, "decoder_end", kNone});
+  l.push_back({"position.cumsum", "cumsum", BS, Dt::F32, false, "position.ids", kNone});
+  l.push_back({"position.mul", "mul", BS, Dt::F32, false, {}, kNone});
+  l.push_back({"position.sub", "sub", BS, Dt::F32, false, {}, kNone});
+  l.push_back({"position.ids", "_to_copy", BS, Dt::I64, false, "decoder_end", kNone});
+  l.back().checkpoint_input = true;  // an argument of every layer: each checkpoint keeps it
+  if (s.eager) push_eager_mask_setup(l), l.push_back(shared_mask("where"));
+  l.push_back({"position.offset", "add", BS, Dt::I64, s.full, {}, kNone});
+  if (s.full) l.back().released_by = "positions.out";
   l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
   embedding_leaf_until_backward_end(l, s);
