@@ -364,8 +364,9 @@ void adapter_inputs(OpList& l, bool all_linear, bool half) {
 void edit_lora(OpList& l, bool all_linear, bool half) {
   // frozen weights: no weight gradients; norms frozen, so x_hat is not kept [D]
   for (TensorOp& t : l) t.weight = kNone;
+  // (an entry's own lifetime, where a list gives one, holds once it is no longer saved)
   for (std::string_view n : {"norm1.x_hat", "norm2.x_hat", "norm1.x_hat_half", "norm2.x_hat_half"})
-    if (TensorOp* t = find_mut(l, n)) t->saved = false, t->dies_after = {};
+    if (TensorOp* t = find_mut(l, n)) t->saved = false;
   adapter_inputs(l, all_linear, half);
   for (const LoraTarget& k : kLoraTargets)
     if ((all_linear || k.qv) && find_op(l, k.out)) add_adapter(l, k, half);
@@ -382,7 +383,7 @@ void edit_input_needs_no_grad(OpList& l) {
                              n.ends_with("lora_in") || n == "input";
     if (reads_input) it->grad_input = kNone;
     it->residual_of = {};  // the frozen base Linear gets no gradient to pass on
-    if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false, it->dies_after = {};
+    if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false;  // (its own lifetime holds)
   }
   // lora_A still saves its input for its weight gradient [D]: with no norm before q/k/v (OLMo-2)
   // and no fp32 cast of it (half precision), that input is the layer's own

@@ -161,6 +161,34 @@ void gemma_norms(OpList& l, const LayerSetup& s) {
   }
 }
 
+/// GemmaRMSNorm's (1.0 + self.weight.float()) [G]: an [h] fp32 tensor (after weight.float(), a copy
+/// of a half weight that dies with the sum) that the product with x_hat saves for x_hat's gradient
+/// [D: mul saves the other operand], released by that product's backward (where x_hat needs no
+/// gradient, edit_input_needs_no_grad lets it die with the product). Checked with memfit validate
+/// --tensors (gemma, gemma2, gemma3: the `add [h] float32` per norm, dying in the backward).
+void gemma_one_plus_weight(OpList& l, const LayerSetup& s) {
+  for (std::string_view n : {"norm1", "norm2"}) {
+    const bool first = n == "norm1";
+    const std::string_view product = s.half ? (first ? "norm1.scaled" : "norm2.scaled") : (first ? "norm1.out" : "norm2.out");
+    if (!find_op(l, product)) continue;
+    // x_hat, _norm's result, is read by the product: alive until then where nothing saves it; the
+    // mean is a temporary of _norm (no `variance` local as in LlamaRMSNorm): dead at + eps
+    find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat")->dies_after = product;
+    if (TensorOp* mean = find_mut(l, first ? "norm1.mean" : "norm2.mean")) mean->dies_after = {};
+    OpList e;
+    if (s.half) e.push_back({first ? "norm1.w_f32" : "norm2.w_f32", "_to_copy", shape(Sym::H), Dt::F32, false, {}, kNone});
+    e.push_back({first ? "norm1.w_plus_one" : "norm2.w_plus_one", "add", shape(Sym::H), Dt::F32, true, {}, kNone});
+    e.back().released_by = product;
+    l.insert(position(l, product), e.begin(), e.end());
+  }
+}
+
+/// Gemma / Gemma3's norms after the precision edits, and their final norm.
+void gemma_family_norms(OpList& l, const LayerSetup& s) {
+  gemma_norms(l, s);
+  gemma_one_plus_weight(l, s);
+}
+
 }  // namespace
 
 void edit_fp32_product_norms(OpList& l, const LayerSetup& s) { gemma_norms(l, s); }
@@ -302,7 +330,7 @@ void olmo2_layer(OpList& l, const LayerSetup& s) {
 
 /// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
 void gemma2_softcap_scores(OpList& l, const LayerSetup& s) {
-  gemma_norms(l, s);
+  gemma_family_norms(l, s);
   if (!find_mut(l, "attn.scores")) return;
   const Shape ss = shape(Sym::B, Sym::A, Sym::S, Sym::S);
   const TensorOp e[] = {{"attn.cap_div", "div", ss, Dt::Model, false, {}, ss},
@@ -347,7 +375,7 @@ void gemma3_embedding(OpList& l, const LayerSetup& s) {
 /// Gemma2's head: the final norm, then the logits capped as the scores are [G2]; the capped
 /// logits are what the model output holds until the loss is computed.
 void gemma2_head(OpList& l, const LayerSetup& s) {
-  gemma_norms(l, s);
+  gemma_family_norms(l, s);
   TensorOp* logits = find_mut(l, "logits");
   const Shape tv = logits->shape;
   const std::string_view held = logits->dies_after;
@@ -361,11 +389,11 @@ void gemma2_head(OpList& l, const LayerSetup& s) {
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
-const FamilyEdits kGemma3Edits{gemma3_layer, gemma3_embedding, gemma_head, gemma_norms};
+const FamilyEdits kGemma3Edits{gemma3_layer, gemma3_embedding, gemma_family_norms, gemma_family_norms};
 const FamilyEdits kOlmo2Edits{nullptr, olmo2_embedding, gemma_head, olmo2_layer};
 const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
 const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
-const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};
+const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_family_norms, gemma_family_norms};
 
 void edit_autocast(OpList& l) {
   for (const AutocastLinear& a : kAutocastLinears) autocast_linear(l, a);
