@@ -81,8 +81,14 @@ void rms_norm(OpList& l, std::string_view p, std::string_view input) {
   const Dt f = Dt::F32;
   l.push_back({.name = p == "norm1" ? "norm1.pow" : "norm2.pow", .op = "pow", .shape = TH, .dtype = f,
                .grad_input = TH, .grad_dtype = f, .backward_temps = 2});
+  // (`variance`, the mean, is a local of forward: it dies when the norm returns its output)
   l.push_back({.name = p == "norm1" ? "norm1.mean" : "norm2.mean", .op = "mean", .shape = T1, .dtype = f,
-               .grad_input = TH, .grad_dtype = f});
+               .dies_after = p == "norm1" ? "norm1.out" : "norm2.out", .grad_input = TH, .grad_dtype = f});
+  // variance + eps: a new [T, 1] tensor rsqrt reads (add with a Python number saves nothing and
+  // passes its gradient on unchanged [D]), dead once rsqrt has made its result (the real trace of
+  // llama/full/fp32/nogc/sdpa: three [T] fp32 blocks per norm, [.alloc9-missing]; the lifetimes:
+  // memfit validate --tensors, cpu-tensors.jsonl)
+  l.push_back({.name = p == "norm1" ? "norm1.var_eps" : "norm2.var_eps", .op = "add", .shape = T1, .dtype = f});
   l.push_back({.name = p == "norm1" ? "norm1.rsqrt" : "norm2.rsqrt", .op = "rsqrt", .shape = T1, .dtype = f,
                .saved = true, .grad_input = T1, .grad_dtype = f, .backward_temps = 2});
   l.push_back({.name = p == "norm1" ? "norm1.x_hat" : "norm2.x_hat", .op = "mul", .shape = TH, .dtype = f,
@@ -92,10 +98,13 @@ void rms_norm(OpList& l, std::string_view p, std::string_view input) {
 }
 
 /// apply_rotary_pos_emb [L]: x * cos, rotate_half(x) (neg + cat), * sin, add. mul saves cos/sin
-/// (shared, not the rotated tensors); the sum is what attention reads.
+/// (shared, not the rotated tensors); the sum is what attention reads. rotate_half's -x2 is a new
+/// tensor of half the width, dead once the cat has copied it (neg saves nothing [D]; the real trace
+/// of llama/full/fp32/nogc/sdpa: a [T, q/2] and a [T, kv/2] block between q * cos and the cat).
 void rotary(OpList& l, bool k) {
   const Shape w = k ? TKV : TQ;
   l.push_back({k ? "k.mul_cos" : "q.mul_cos", "mul", w, Dt::Model, false, k ? "k.rot" : "q.rot", w});
+  l.push_back({k ? "k.neg" : "q.neg", "neg", shape(Sym::T, k ? Sym::KRHalf : Sym::QRHalf), Dt::Model, false, {}, kNone});
   l.push_back({k ? "k.rotate_half" : "q.rotate_half", "cat", w, Dt::Model, false, {}, kNone});
   l.push_back({k ? "k.mul_sin" : "q.mul_sin", "mul", w, Dt::Model, false, {}, kNone});
   l.push_back({k ? "k.rot" : "q.rot", "add", w, Dt::Model, true, {}, kNone});
@@ -355,8 +364,9 @@ void adapter_inputs(OpList& l, bool all_linear, bool half) {
 void edit_lora(OpList& l, bool all_linear, bool half) {
   // frozen weights: no weight gradients; norms frozen, so x_hat is not kept [D]
   for (TensorOp& t : l) t.weight = kNone;
+  // (an entry's own lifetime, where a list gives one, holds once it is no longer saved)
   for (std::string_view n : {"norm1.x_hat", "norm2.x_hat", "norm1.x_hat_half", "norm2.x_hat_half"})
-    if (TensorOp* t = find_mut(l, n)) t->saved = false, t->dies_after = {};
+    if (TensorOp* t = find_mut(l, n)) t->saved = false;
   adapter_inputs(l, all_linear, half);
   for (const LoraTarget& k : kLoraTargets)
     if ((all_linear || k.qv) && find_op(l, k.out)) add_adapter(l, k, half);
@@ -373,7 +383,7 @@ void edit_input_needs_no_grad(OpList& l) {
                              n.ends_with("lora_in") || n == "input";
     if (reads_input) it->grad_input = kNone;
     it->residual_of = {};  // the frozen base Linear gets no gradient to pass on
-    if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false, it->dies_after = {};
+    if (n.starts_with("norm1.") && n != "norm1.out") it->saved = false;  // (its own lifetime holds)
   }
   // lora_A still saves its input for its weight gradient [D]: with no norm before q/k/v (OLMo-2)
   // and no fp32 cast of it (half precision), that input is the layer's own
@@ -384,8 +394,84 @@ void edit_input_needs_no_grad(OpList& l) {
   find_mut(l, "attn.residual")->residual_of = {};
 }
 
-OpList embedding(const LayerSetup& s) {
-  OpList l;
+/// What LlamaModel.forward allocates after the embedding lookup and before its masks, in that
+/// order (transformers models/llama/modeling_llama.py LlamaModel.forward; masking_utils.py): the
+/// position ids and the packed-sequence check of create_causal_mask. Sizes and lifetimes checked
+/// against the real trace of llama/full/fp32/nogc/sdpa ([.alloc9-missing]) and memfit validate --tensors.
+void push_position_ids(OpList& l) {
+  const Shape S1 = shape(Sym::S);
+  // position_ids = torch.arange(s) + past_seen_tokens: the arange dies with the sum, which the
+  // model's frame holds until it returns (the decoder stack's end is the list's nearest point);
+  // every decoder layer gets it, so under checkpointing each checkpoint keeps it for its
+  // recomputation (memfit validate --tensors: kept into the backward of llama/full/bf16/gc/sdpa)
+  l.push_back({"position.arange", "arange", S1, Dt::I64, false, {}, kNone});
+  l.push_back({"position.ids", "add", S1, Dt::I64, false, "decoder_end", kNone});
+  l.back().checkpoint_input = true;
+}
+
+void push_packed_sequence_check(OpList& l) {
+  const Shape BS = shape(Sym::B, Sym::S);
+  // _preprocess_mask_arguments -> find_packed_sequence_indices (no attention_mask, no cache):
+  // position_ids[:, :1] - 1, torch.diff(prepend=...) (cat, then sub), != 1, cumsum, [:, -1] == 0,
+  // .all(); its locals die when it returns (after .all(), whose result the `if` reads and drops)
+  l.push_back({"mask.first_dummy", "sub", shape(Sym::B), Dt::I64, false, "mask.all", kNone});
+  l.push_back({"mask.diff_cat", "cat", shape(Sym::B, Sym::S1), Dt::I64, false, {}, kNone});
+  l.push_back({"mask.position_diff", "sub", BS, Dt::I64, false, "mask.all", kNone});
+  l.push_back({"mask.not_one", "ne", BS, Dt::Bool, false, {}, kNone});
+  l.push_back({"mask.sequence_ids", "cumsum", BS, Dt::I64, false, "mask.all", kNone});
+  l.push_back({"mask.last_is_zero", "eq", shape(Sym::B), Dt::Bool, false, {}, kNone});
+  l.push_back({"mask.all", "all", shape(Sym::One), Dt::Bool, false, "mask.all", kNone});
+}
+
+/// masking_utils.eager_mask (no attention_mask): sdpa_mask(allow_is_causal_skip=False) builds the
+/// batch, head, q and kv aranges (q and kv: arange + offset, the arange dying with the sum), the
+/// bool [1, 1, s, s] of causal_mask_function (kv_idx <= q_idx), its locals dying as it returns; then
+/// torch.where(mask, zeros((), dtype), min_dtype) (the 0-d zeros and the wrapped scalar, in the
+/// model dtype) makes the float mask, after which the bool one dies. The float mask ("causal_mask")
+/// follows. Checked against the real trace of phi/lora/fp32/gc/eager ([.alloc9-missing]).
+void push_eager_mask_setup(OpList& l) {
+  const std::string_view bool_mask = "mask.causal_bool";
+  l.push_back({"mask.batch_arange", "arange", shape(Sym::B), Dt::I64, false, bool_mask, kNone});
+  l.push_back({"mask.head_arange", "arange", shape(Sym::One), Dt::I64, false, bool_mask, kNone});
+  l.push_back({"mask.q_arange_raw", "arange", shape(Sym::S), Dt::I64, false, {}, kNone});
+  l.push_back({"mask.q_arange", "add", shape(Sym::S), Dt::I64, false, bool_mask, kNone});
+  l.push_back({"mask.kv_arange_raw", "arange", shape(Sym::S), Dt::I64, false, {}, kNone});
+  l.push_back({"mask.kv_arange", "add", shape(Sym::S), Dt::I64, false, bool_mask, kNone});
+  l.push_back({bool_mask, "le", shape(Sym::S, Sym::S), Dt::Bool, false, "causal_mask", kNone});
+  l.push_back({"mask.zero", "zeros", shape(Sym::One), Dt::Model, false, "causal_mask", kNone});
+  l.push_back({"mask.min", "scalar_tensor", shape(Sym::One), Dt::Model, false, "causal_mask", kNone});
+}
+
+/// LlamaRotaryEmbedding.forward [L] (GPT-NeoX's, StableLM's and Phi's are copies of it):
+/// position_ids[..., None].float() (dies with the product), freqs = that * inv_freq [1, s, d/2],
+/// emb = cat((freqs, freqs)) [1, s, d], emb.cos() and emb.sin() each times attention_scaling (a new
+/// tensor; the cos() / sin() one dies with it), then .to(x.dtype): a copy in half precision (the
+/// fp32 cos / sin die when it returns), the same tensor in fp32. cos and sin are used by every layer
+/// (kept by every layer's rotary muls until the backward is over); position_ids is one row shared
+/// by the batch, so they are [1, s, head_dim] (head_dim: the rotary dims)
+void push_rotary_tables(OpList& l, const LayerSetup& s) {
+  const std::string_view end = "rotary.sin";
+  const Shape S1 = shape(Sym::S), SD = shape(Sym::S, Sym::HeadDim);
+  l.push_back({"rotary.position_float", "_to_copy", S1, Dt::F32, false, {}, kNone});
+  l.push_back({"rotary.freqs", "mul", shape(Sym::S, Sym::HeadDimHalf), Dt::F32, false, end, kNone});
+  l.push_back({"rotary.emb", "cat", SD, Dt::F32, false, end, kNone});
+  l.push_back({"rotary.cos_raw", "cos", SD, Dt::F32, false, {}, kNone});
+  if (s.half) {
+    l.push_back({"rotary.cos_f32", "mul", SD, Dt::F32, false, end, kNone});
+    l.push_back({"rotary.sin_raw", "sin", SD, Dt::F32, false, {}, kNone});
+    l.push_back({"rotary.sin_f32", "mul", SD, Dt::F32, false, end, kNone});
+  }
+  l.push_back({"rotary.cos", s.half ? "_to_copy" : "mul", SD, Dt::Model, true, {}, kNone});
+  if (!s.half) l.push_back({"rotary.sin_raw", "sin", SD, Dt::F32, false, {}, kNone});
+  l.push_back({"rotary.sin", s.half ? "_to_copy" : "mul", SD, Dt::Model, true, {}, kNone});
+}
+
+namespace {
+
+/// LlamaModel.forward after the lookup: position ids, the masks, the rotary tables.
+void model_setup(OpList& l, const LayerSetup& s) {
+  push_position_ids(l);
+  push_packed_sequence_check(l);
   // a sliding window no longer than the sequence: the model builds one bool mask [1, 1, s, s]
   // (sdpa_mask: the mask function broadcast over the q and kv aranges, expanded to the batch as a
   // view) for all layers (before the rotary tables); each layer's SDPA turns it into its own float
@@ -394,21 +480,41 @@ OpList embedding(const LayerSetup& s) {
     l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
     l.back().checkpoint_input = true;
   }
-  // LlamaRotaryEmbedding [L]: cos and sin [b, s, head_dim] in the model dtype, used by every layer
-  // (kept by every layer's rotary muls until the backward is over); position_ids is one row
-  // shared by the batch, so they are [1, s, head_dim]
-  l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
-  l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
   // eager attention: the model builds one 4-D causal mask [b, 1, s, s] for all layers; add saves
   // nothing [D], so it lives until the decoder stack returns [L]
   if (s.eager) {
-    l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+    push_eager_mask_setup(l);
+    l.push_back({"causal_mask", "where", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
     l.back().checkpoint_input = true;
   }
-  // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the last
-  // entry of a list is what it hands on)
+  push_rotary_tables(l, s);
+}
+
+}  // namespace
+
+OpList embedding(const LayerSetup& s) {
+  OpList l;
+  // a family that edits the embedding list (its own rotary tables, a second mask, a scaled
+  // embedding) keeps the older short list: the lookup last, the shared tables before it
+  if (s.family && s.family->embedding) {
+    if (s.window_mask && !s.eager) {
+      l.push_back({"window_mask", "bitwise_and", shape(Sym::S, Sym::S), Dt::Bool, false, "decoder_end", kNone});
+      l.back().checkpoint_input = true;
+    }
+    l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+    l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
+    if (s.eager) {
+      l.push_back({"causal_mask", "masked_fill", shape(Sym::B, Sym::S, Sym::S), Dt::Model, false, "decoder_end", kNone});
+      l.back().checkpoint_input = true;
+    }
+    l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+    s.family->embedding(l, s);
+    return l;
+  }
+  // embedding(weight, ids): saves the indices only [D]; its output is layer 0's input (the entry
+  // that dies at "layer_out" is what the list hands on), made first: the model's set-up follows it
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
-  if (s.family && s.family->embedding) s.family->embedding(l, s);
+  model_setup(l, s);
   return l;
 }
 

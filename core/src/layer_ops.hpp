@@ -113,7 +113,8 @@ struct TensorOp {
   Dt dtype = Dt::Model;
   bool saved = false;           ///< autograd keeps it until this layer's backward reaches it
   /// A tensor not saved dies after the entry of this name has been created (its last consumer);
-  /// "" = after the next entry. "layer_out": carried to the next layer (the residual stream).
+  /// "" = after the next entry; its own name: as soon as it is made (a result read once and dropped).
+  /// "layer_out": carried to the next layer (the residual stream; the entry a list hands on).
   /// "next_layer": a checkpointed layer returns it (saved or not), alive until the next layer returns.
   /// "backward_end": the training loop holds it until the micro-batch's backward has run (the loss).
   std::string_view dies_after{};
@@ -221,6 +222,15 @@ struct FamilyLists {
 /// The tensors of ForCausalLMLoss after the logits (and their fp32 copy): the shifted labels, the
 /// log-probabilities, nll_loss's two scalars and the entry whose backward starts the chain.
 void push_loss(OpList& l, const LayerSetup& s);
+
+/// What the Llama-like models (and GPT-NeoX, StableLM, Phi) allocate after the embedding lookup:
+/// the position ids and create_causal_mask's packed-sequence check, then (after the masks) the
+/// rotary tables with their intermediates (layer_ops.cpp).
+void push_position_ids(OpList& l);
+void push_packed_sequence_check(OpList& l);
+void push_rotary_tables(OpList& l, const LayerSetup& s);
+/// eager_mask's set-up before the float causal mask (an entry named "causal_mask" must follow).
+void push_eager_mask_setup(OpList& l);
 
 /// The edits, exposed for tests and for families that need them.
 void edit_half_precision(OpList& l);

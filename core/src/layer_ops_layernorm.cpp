@@ -375,6 +375,14 @@ void sdpa_math_with_dropout(OpList& l, bool half) {
     for (std::string_view n : {"attn.q_f32", "attn.k_f32", "attn.v_f32"})
       e.push_back({n, "_to_copy", tq, Dt::F32, false, end, tq});
   e.push_back({"attn.q_scaled", "mul", tq, Dt::F32, false, end, kNone});
+  // is_causal: ones({s, s}, bool).tril(), then convert_boolean_attn_mask's where(mask,
+  // scalar_tensor(0), scalar_tensor(-inf)) (aten/src/ATen/native/transformers/attention.cpp); the
+  // bool mask and the two 0-d tensors die once the float mask is made (the real trace of
+  // gpt2/full/fp32/nogc/sdpa: 4096 B, 4096 B, 4 B, 4 B before the [s, s] fp32 mask in every layer)
+  e.push_back({"attn.mask_ones", "ones", shape(Sym::S, Sym::S), Dt::Bool, false, {}, kNone});
+  e.push_back({"attn.mask_bool", "tril", shape(Sym::S, Sym::S), Dt::Bool, false, "attn.mask", kNone});
+  e.push_back({"attn.mask_zero", "scalar_tensor", shape(Sym::One), Dt::F32, false, "attn.mask", kNone});
+  e.push_back({"attn.mask_min", "scalar_tensor", shape(Sym::One), Dt::F32, false, "attn.mask", kNone});
   e.push_back({"attn.mask", "where", shape(Sym::S, Sym::S), Dt::F32, false, end, kNone});
   e.push_back({"attn.k_scaled", "mul", tq, Dt::F32, false, "attn.scores", kNone});
   e.push_back({"attn.q_copy", "contiguous", tq, Dt::F32, true, {}, tq, kNone, Dt::Model, Dt::F32});
@@ -796,12 +804,15 @@ OpList falcon_embedding(const LayerSetup& s) {
 /// GPTNeoXModel [N]: embed_in (saves the indices only [D]); the rotary cos / sin [1, s, rotary
 /// dims] in the model dtype, kept by every layer's muls (head_dim holds the rotary dims); eager
 /// attention reads one [b, 1, s, s] mask (create_causal_mask), as Phi's and StableLM's.
+/// In the model's order: the lookup (handed on: the entry dying at layer_out), the position ids and
+/// mask checks, the mask, the rotary tables (GPTNeoXModel.forward, as LlamaModel's [N]).
 OpList gpt_neox_embedding(const LayerSetup& s) {
   OpList l;
-  l.push_back({"rotary.cos", "cos", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
-  l.push_back({"rotary.sin", "sin", shape(Sym::S, Sym::HeadDim), Dt::Model, true, {}, kNone});
-  if (s.eager) l.push_back(shared_mask("where"));  // create_causal_mask's eager mask [N]
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "layer_out", kNone, shape(Sym::V, Sym::H)});
+  push_position_ids(l);
+  push_packed_sequence_check(l);
+  if (s.eager) push_eager_mask_setup(l), l.push_back(shared_mask("where"));  // create_causal_mask's eager mask [N]
+  push_rotary_tables(l, s);
   return l;
 }
 
@@ -935,8 +946,11 @@ void embedding_leaf_until_backward_end(OpList& l, const LayerSetup& s) {
 OpList phi_embedding(const LayerSetup& s) {
   OpList l = gpt_neox_embedding(s);  // (with the eager mask)
   if (s.embd_dropout) {
-    l.back().dies_after = "embed.dropped";
-    add_embedding_dropout(l, s);
+    // PhiModel.forward drops out the embeddings after the mask, before the rotary tables
+    find_mut(l, "embed.out")->dies_after = "embed.dropped";
+    OpList dropout;
+    add_embedding_dropout(dropout, s);
+    l.insert(position(l, "rotary.position_float"), dropout.begin(), dropout.end());
     embedding_leaf_until_backward_end(l, s);
   }
   return l;
@@ -951,11 +965,25 @@ const FamilyLists kStableLmLists{&stablelm_layer, &gpt_neox_embedding, &layernor
 /// attention reads one [b, 1, s, s] mask built for all layers (under checkpointing each checkpoint
 /// keeps it until its backward: the tracker's trace of opt/h128-L2-V1024/full/bf16/gc/eager/b4s512
 /// holds it at the peak in the backward, as the Llama lists have it).
+/// In OPTModel.forward's order: the lookup; with no attention_mask, position_attention_mask = ones
+/// [b, s] fp32 (a local until it returns), cumsum, (x * mask - 1).long() (position_ids, a local; the
+/// fp32 steps die at the next one); create_causal_mask (the eager mask; memfit validate --tensors
+/// finds no packed-sequence check here); OPTLearnedPositionalEmbedding: position_ids + 2, saved by a trained table's
+/// embedding [D] (released by its backward), else dead once looked up. Checked against the real
+/// trace of opt/full/fp32/nogc/sdpa ([.alloc9-missing]) and memfit validate --tensors.
 OpList opt_embedding(const LayerSetup& s) {
   OpList l;
-  if (s.eager)
-    l.push_back(shared_mask());
+  const Shape BS = shape(Sym::B, Sym::S);
   l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
+  l.push_back({"position.mask_ones", "ones", BS, Dt::F32, false, "decoder_end", kNone});
+  l.push_back({"position.cumsum", "cumsum", BS, Dt::F32, false, "position.ids", kNone});
+  l.push_back({"position.mul", "mul", BS, Dt::F32, false, {}, kNone});
+  l.push_back({"position.sub", "sub", BS, Dt::F32, false, {}, kNone});
+  l.push_back({"position.ids", "_to_copy", BS, Dt::I64, false, "decoder_end", kNone});
+  l.back().checkpoint_input = true;  // an argument of every layer: each checkpoint keeps it
+  if (s.eager) push_eager_mask_setup(l), l.push_back(shared_mask("where"));
+  l.push_back({"position.offset", "add", BS, Dt::I64, s.full, {}, kNone});
+  if (s.full) l.back().released_by = "positions.out";
   l.push_back({"positions.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::Pos, Sym::H)});
   l.push_back({"embed.sum", "add", TH, Dt::Model, false, "layer_out", kNone});
   embedding_leaf_until_backward_end(l, s);
@@ -1019,6 +1047,35 @@ OpList biogpt_embedding(const LayerSetup& s) {
   return l;
 }
 
+/// GPT2Model.forward / GPTBigCodeModel.forward [G]: wte, position_ids (arange + past length), then
+/// wpe and the sum (GPT-BigCode: create_causal_mask first), create_causal_mask's packed-sequence
+/// check and eager mask (GPT-2: after the sum), the dropout. position_ids is what wpe's embedding
+/// saves when wpe is trained [D: embedding saves its indices] (released by its backward), else the
+/// model's local until it returns. Checked against the real trace of gpt2/full/fp32/nogc/sdpa
+/// ([.alloc9-missing]) and memfit validate --tensors.
+OpList gpt2_model_embedding(const LayerSetup& s, bool mask_first) {
+  OpList l;
+  l.push_back({"embed.out", "embedding", TH, Dt::Model, false, "decoder_end", kNone, shape(Sym::V, Sym::H)});
+  push_position_ids(l);
+  TensorOp* ids = find_mut(l, "position.ids");
+  ids->checkpoint_input = false;
+  if (s.full) ids->saved = true, ids->released_by = "positions.out";
+  auto masks = [&] {
+    push_packed_sequence_check(l);
+    if (s.eager) push_eager_mask_setup(l), l.push_back(shared_mask("where"));
+  };
+  if (mask_first) masks();
+  l.push_back({"positions.out", "embedding", shape(Sym::S, Sym::H), Dt::Model, false, "decoder_end", kNone,
+               shape(Sym::Pos, Sym::H)});
+  l.push_back({"embed.sum", "add", TH, Dt::Model, false, s.embd_dropout ? "embed.dropped" : "layer_out", kNone});
+  if (!mask_first) masks();
+  if (s.embd_dropout) add_embedding_dropout(l, s);
+  embedding_leaf_until_backward_end(l, s);
+  return l;
+}
+OpList gpt2_model_embedding_gpt2(const LayerSetup& s) { return gpt2_model_embedding(s, false); }
+OpList gpt2_model_embedding_bigcode(const LayerSetup& s) { return gpt2_model_embedding(s, true); }
+
 /// GPTNeoModel [E]: wte and wpe outputs (the model's locals until it returns), their sum the first
 /// layer's input; one [b, 1, s, s] mask for all layers.
 OpList gpt_neo_embedding(const LayerSetup& s) {
@@ -1032,8 +1089,9 @@ const FamilyLists kCodeGenLists{&codegen_layer, &codegen_embedding, &layernorm_h
 const FamilyLists kGptNeoLists{&gpt_neo_layer, &gpt_neo_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBioGptLists{&biogpt_layer, &biogpt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kBloomLists{&bloom_layer, &bloom_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
-const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
-const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_embedding, &layernorm_head,
+const FamilyLists kGpt2Lists{&gpt2_layer, &gpt2_model_embedding_gpt2, &layernorm_head,
+                             &edit_layernorm_input_needs_no_grad};
+const FamilyLists kGptBigCodeLists{&gpt_bigcode_layer, &gpt2_model_embedding_bigcode, &layernorm_head,
                                    &edit_layernorm_input_needs_no_grad};
 const FamilyLists kOptLists{&opt_layer, &opt_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};
 const FamilyLists kPhiLists{&phi_layer, &phi_embedding, &layernorm_head, &edit_layernorm_input_needs_no_grad};

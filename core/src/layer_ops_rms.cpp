@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <array>
+#include <utility>
 
 namespace memfit::sched {
 
@@ -68,6 +69,18 @@ void autocast_linear(OpList& l, const AutocastLinear& a) {
   in->dies_after = a.input_cast;
 }
 
+/// RMSNorm's variance + eps [D: add with a number saves nothing, passes its gradient on]: a new
+/// tensor of the variance's rows, dead once rsqrt has read it (layer_ops.cpp rms_norm); its name by
+/// the norm's mean entry ("" for a norm not listed here: none added).
+std::string_view var_eps_of(std::string_view mean) {
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 4> kNames{{
+      {"q_norm.mean", "q_norm.var_eps"}, {"k_norm.mean", "k_norm.var_eps"},
+      {"post_attn.mean", "post_attn.var_eps"}, {"post_ff.mean", "post_ff.var_eps"}}};
+  for (const auto& [m, v] : kNames)
+    if (m == mean) return v;
+  return {};
+}
+
 /// An RMSNorm over each head of the output of `proj` (a [T, width] tensor of `rows` head rows),
 /// built as LlamaRMSNorm is [L][D]: in half precision the upcast is what pow keeps; a trained
 /// weight keeps x_hat (its half cast in half precision); the normed heads take the projection's
@@ -85,7 +98,9 @@ void head_rms_norm(OpList& l, const LayerSetup& s, std::string_view proj, const 
   OpList e;
   if (half_in) e.push_back({n[0], "_to_copy", width, Dt::F32, true, {}, width, kNone, Dt::Model, half});
   e.push_back({n[1], "pow", width, Dt::F32, false, {}, kNone});
-  e.push_back({n[2], "mean", rows, Dt::F32, false, {}, kNone});
+  // (`variance` is a local of LlamaRMSNorm.forward: it dies when the norm returns its output)
+  e.push_back({n[2], "mean", rows, Dt::F32, false, n[6], kNone});
+  if (!var_eps_of(n[2]).empty()) e.push_back({var_eps_of(n[2]), "add", rows, Dt::F32, false, {}, kNone});
   e.push_back({n[3], "rsqrt", rows, Dt::F32, true, {}, kNone});
   e.push_back({n[4], "mul", width, Dt::F32, s.full && !half_in, {}, width, kNone, Dt::Model, Dt::F32});
   if (half_in) e.push_back({n[5], "_to_copy", width, half, s.full, {}, width, kNone, Dt::Model, half});
@@ -144,6 +159,34 @@ void gemma_norms(OpList& l, const LayerSetup& s) {
              Dt::Model, Dt::F32};
     out->op = "_to_copy";
   }
+}
+
+/// GemmaRMSNorm's (1.0 + self.weight.float()) [G]: an [h] fp32 tensor (after weight.float(), a copy
+/// of a half weight that dies with the sum) that the product with x_hat saves for x_hat's gradient
+/// [D: mul saves the other operand], released by that product's backward (where x_hat needs no
+/// gradient, edit_input_needs_no_grad lets it die with the product). Checked with memfit validate
+/// --tensors (gemma, gemma2, gemma3: the `add [h] float32` per norm, dying in the backward).
+void gemma_one_plus_weight(OpList& l, const LayerSetup& s) {
+  for (std::string_view n : {"norm1", "norm2"}) {
+    const bool first = n == "norm1";
+    const std::string_view product = s.half ? (first ? "norm1.scaled" : "norm2.scaled") : (first ? "norm1.out" : "norm2.out");
+    if (!find_op(l, product)) continue;
+    // x_hat, _norm's result, is read by the product: alive until then where nothing saves it; the
+    // mean is a temporary of _norm (no `variance` local as in LlamaRMSNorm): dead at + eps
+    find_mut(l, first ? "norm1.x_hat" : "norm2.x_hat")->dies_after = product;
+    if (TensorOp* mean = find_mut(l, first ? "norm1.mean" : "norm2.mean")) mean->dies_after = {};
+    OpList e;
+    if (s.half) e.push_back({first ? "norm1.w_f32" : "norm2.w_f32", "_to_copy", shape(Sym::H), Dt::F32, false, {}, kNone});
+    e.push_back({first ? "norm1.w_plus_one" : "norm2.w_plus_one", "add", shape(Sym::H), Dt::F32, true, {}, kNone});
+    e.back().released_by = product;
+    l.insert(position(l, product), e.begin(), e.end());
+  }
+}
+
+/// Gemma / Gemma3's norms after the precision edits, and their final norm.
+void gemma_family_norms(OpList& l, const LayerSetup& s) {
+  gemma_norms(l, s);
+  gemma_one_plus_weight(l, s);
 }
 
 }  // namespace
@@ -214,6 +257,7 @@ void gemma_rms_norm(OpList& l, const LayerSetup& s, std::string_view x, std::str
   if (s.half) e.push_back({n[0], "_to_copy", w, Dt::F32, true, {}, w});
   e.push_back({n[1], "pow", w, Dt::F32, false, {}, kNone});
   e.push_back({n[2], "mean", d.rows, Dt::F32, false, {}, kNone});
+  if (!var_eps_of(n[2]).empty()) e.push_back({var_eps_of(n[2]), "add", d.rows, Dt::F32, false, {}, kNone});
   e.push_back({n[3], "rsqrt", d.rows, Dt::F32, true, {}, kNone});
   e.push_back({n[4], "mul", w, Dt::F32, s.full, {}, w, kNone, Dt::Model, Dt::F32});
   if (s.half) e.push_back({n[5], "mul", w, Dt::F32, false, {}, w, kNone, Dt::Model, Dt::F32});
@@ -286,7 +330,7 @@ void olmo2_layer(OpList& l, const LayerSetup& s) {
 
 /// Gemma2's eager attention caps the scores [G2]: / cap, tanh (keeps its result [D]), * cap.
 void gemma2_softcap_scores(OpList& l, const LayerSetup& s) {
-  gemma_norms(l, s);
+  gemma_family_norms(l, s);
   if (!find_mut(l, "attn.scores")) return;
   const Shape ss = shape(Sym::B, Sym::A, Sym::S, Sym::S);
   const TensorOp e[] = {{"attn.cap_div", "div", ss, Dt::Model, false, {}, ss},
@@ -331,7 +375,7 @@ void gemma3_embedding(OpList& l, const LayerSetup& s) {
 /// Gemma2's head: the final norm, then the logits capped as the scores are [G2]; the capped
 /// logits are what the model output holds until the loss is computed.
 void gemma2_head(OpList& l, const LayerSetup& s) {
-  gemma_norms(l, s);
+  gemma_family_norms(l, s);
   TensorOp* logits = find_mut(l, "logits");
   const Shape tv = logits->shape;
   const std::string_view held = logits->dies_after;
@@ -345,11 +389,11 @@ void gemma2_head(OpList& l, const LayerSetup& s) {
 }  // namespace
 
 const FamilyEdits kQwen3Edits{qwen3_layer, nullptr, nullptr};
-const FamilyEdits kGemma3Edits{gemma3_layer, gemma3_embedding, gemma_head, gemma_norms};
+const FamilyEdits kGemma3Edits{gemma3_layer, gemma3_embedding, gemma_family_norms, gemma_family_norms};
 const FamilyEdits kOlmo2Edits{nullptr, olmo2_embedding, gemma_head, olmo2_layer};
 const FamilyEdits kGemma2Edits{gemma2_layer, gemma2_embedding, gemma2_head, gemma2_softcap_scores};
 const FamilyEdits kPhi3Edits{phi3_layer, nullptr, nullptr, phi3_attention_layout};
-const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_head, gemma_norms};
+const FamilyEdits kGemmaEdits{nullptr, gemma_embedding, gemma_family_norms, gemma_family_norms};
 
 void edit_autocast(OpList& l) {
   for (const AutocastLinear& a : kAutocastLinears) autocast_linear(l, a);
@@ -357,7 +401,7 @@ void edit_autocast(OpList& l) {
   // the half dtype and keeps the casts, v is half already [A]
   for (std::string_view n : {"q.mul_cos", "q.mul_sin", "q.rot", "k.mul_cos", "k.mul_sin", "k.rot"})
     if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Model;
-  for (std::string_view n : {"q.rotate_half", "k.rotate_half"})
+  for (std::string_view n : {"q.neg", "q.rotate_half", "k.neg", "k.rotate_half"})
     if (TensorOp* t = find_mut(l, n)) t->dtype = Dt::Half;
   if (TensorOp* o = find_mut(l, "attn.out"); o && o->op != "clone") {
     o->dtype = Dt::Half;

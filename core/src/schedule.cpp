@@ -247,6 +247,9 @@ struct Resolved {
   IndexGroups released_at;  ///< per entry: the saved tensors its backward releases
   std::vector<size_t> death_order;  ///< the entries that die in the forward, by dies_at
   size_t loss_from = kKeep;  ///< the first entry of the loss phase (the logits; none: kKeep)
+  /// the entry handed to the next list: the last that dies at "layer_out", else the last entry
+  /// (the Llama embedding list's lookup, made before the model's set-up that follows it)
+  size_t out = 0;
   size_t weight_grads = 0;   ///< the weight and bias gradients a first micro-batch's backward makes
 };
 
@@ -303,7 +306,8 @@ ResolvedEntry resolve_entry(const StepSetup& s, const OpList& l, const NamePosit
   const bool cast = skip != kKeep && l[skip].dtype != t.dtype && s.dtypes.of(l[skip].dtype) != s.dtypes.of(t.dtype);
   e.cast_bytes = cast ? bytes_of(s, l[skip].shape, l[skip].dtype) : 0;
   if (!t.saved && !outlives_list(t.dies_after)) {
-    const size_t consumer = names.first_after(t.dies_after, i);
+    // dies_after naming the entry itself: a result read at once and dropped (dies where it is made)
+    const size_t consumer = t.dies_after == t.name ? i : names.first_after(t.dies_after, i);
     e.dies_at = std::min(consumer == kKeep ? i + 1 : consumer, l.size() - 1);
   }
   const bool kept = t.saved || t.dies_after == "layer_out" || t.dies_after == "decoder_end" || t.dies_after == "next_layer";
@@ -320,6 +324,12 @@ Resolved resolve(const StepSetup& s, const OpList& l) {
   const NamePositions names(l);
   r.at.reserve(n);
   for (size_t i = 0; i < n; ++i) r.at.push_back(resolve_entry(s, l, names, i));
+  r.out = n - 1;
+  for (size_t i = n; i-- > 0;)
+    if (l[i].dies_after == "layer_out") {
+      r.out = i;
+      break;
+    }
   for (size_t i = 0; i < n && r.loss_from == kKeep; ++i)
     if (l[i].part == Part::LogitsLoss) r.loss_from = i;
   std::vector<std::pair<size_t, size_t>> pairs;
@@ -368,19 +378,19 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
       if ((j != 0 || !keep_input) && st.ids[j] >= 0) sink.free(st.ids[j]), st.ids[j] = -1;
     }
   }
-  st.out = st.ids.back();
+  st.out = st.ids[r.out];
   for (size_t j = 0; j + 1 < l.size(); ++j)
-    if (r.at[j].dies_at != kKeep && r.at[j].dies_at >= l.size() - 1 && st.ids[j] >= 0 && j != 0)
+    if (r.at[j].dies_at != kKeep && r.at[j].dies_at >= l.size() - 1 && st.ids[j] >= 0 && j != 0 && j != r.out)
       sink.free(st.ids[j]), st.ids[j] = -1;
   if (checkpointed) {
-    for (size_t j = 1; j + 1 < l.size(); ++j) {
-      if (st.ids[j] < 0) continue;
+    for (size_t j = 1; j < l.size(); ++j) {
+      if (st.ids[j] < 0 || j == r.out) continue;
       if (l[j].dies_after == "next_layer") st.returned = st.ids[j];  // the layer returns it
       else sink.free(st.ids[j]);
       st.ids[j] = -1;
     }
   }
-  st.ids.back() = -1;  // handed to the next list
+  st.ids[r.out] = -1;  // handed to the next list
   return st;
 }
 
@@ -935,6 +945,7 @@ std::string_view freed_after(const OpList& l, size_t i) {
   const TensorOp& t = l[i];
   if (t.saved) return {};
   if (outlives_list(t.dies_after)) return t.dies_after;
+  if (t.dies_after == t.name) return t.name;  // dies where it is made
   size_t at = i + 1;
   for (size_t j = i + 1; j < l.size() && !t.dies_after.empty(); ++j)
     if (l[j].name == t.dies_after) {
