@@ -147,76 +147,83 @@ void record(const Options& o, const std::vector<Case>& cases) {
   if (!o.quiet) std::fprintf(stderr, "[memfit validate] appended %zu result lines to %s\n", n, o.record_path.c_str());
 }
 
-int run(const Options& o) {
-  if (!o.replay_path.empty()) {
-    std::vector<Case> cases = load_replay(o);
-    Problems problems;
-    estimate_all(cases, "cpu", nullptr, problems);
-    throw_problems(o.replay_path, problems);
-    retarget_gpu(cases, nullptr);
-    return report_all(cases, o, "replay of " + o.replay_path);
-  }
-  const std::string root = find_root(o);
+/// `--replay`: estimate the recorded cases again (as CPU requests, retargeted to the recorded
+/// GPU) and compare them with the recorded measurements.
+int replay(const Options& o) {
+  std::vector<Case> cases = load_replay(o);
   Problems problems;
-  std::vector<Case> cases = load_cases(o, root, problems);
-  const json gpu = gpu_option(o.gpu);
-  if (o.trace)
-    for (Case& k : cases) k.workload["measure"]["trace"] = true;
-  if (o.tensors)
-    for (Case& k : cases) k.workload["measure"]["tensors"] = true;
-  estimate_all(cases, o.device, o.device == "cuda" ? gpu : json(), problems);
-  throw_problems(o.cases_path, problems);
-  const std::string workload = workload_path(o, root);
-  const auto [python, python_from] = find_python(o);
+  estimate_all(cases, "cpu", nullptr, problems);
+  throw_problems(o.replay_path, problems);
+  retarget_gpu(cases, nullptr);
+  return report_all(cases, o, "replay of " + o.replay_path);
+}
+
+/// The --work-dir, created and made absolute; empty when none was given (a temporary one then).
+std::string work_dir_of(const Options& o) {
   std::string dir = o.work_dir;
   if (!dir.empty()) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     dir = fs::absolute(dir).string();
   }
-  if (o.dry_run) {
-    const std::string shown = dir.empty() ? "$TMP" : dir;
-    std::vector<Job> jobs = plan_jobs(o, cases, python.empty() ? "python3" : python, workload.empty() ? "validate/workload.py" : workload, shown);
-    if (!dir.empty())
-      for (const Job& j : jobs) {
-        json list = json::array();
-        for (size_t i : j.cases) list.push_back(cases[i].workload);
-        write_file(j.in_path, list.dump(1) + "\n");
-      }
-    return dry_run(o, cases, jobs, python, python_from, workload, root.empty() ? fs::current_path().string() : root, gpu);
-  }
-  if (workload.empty() || !fs::exists(workload))
-    throw Fatal("cannot find validate/workload.py (looked above the current directory and above memfit's own): run from "
-                "the memfit checkout or pass --workload PATH");
-  if (python.empty()) throw Fatal("Python not found (" + python_from + "): " + kSetupHint);
-  const json env = preflight(python, root, cases);
-  if (o.device == "cuda") {
-    if (!env.value("cuda_available", false))
-      throw Fatal("torch " + str(env, "torch") + " at " + python + " sees no CUDA GPU (" +
-                  (env["torch_cuda"].is_null() ? std::string("a CPU-only build of torch") : "no driver or no visible device") +
-                  "): install a CUDA build of torch, check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu");
-    const size_t visible = env["gpus"].size();
-    if (o.launcher.empty())
-      for (const Case& k : cases)
-        if (static_cast<size_t>(k.nproc) > visible)
-          std::fprintf(stderr,
-                       "[memfit validate] %s: needs %d ranks (one GPU each) but torch sees %zu GPU%s: it will fail; "
-                       "use --launcher for a multi-node launch\n",
-                       k.name.c_str(), k.nproc, visible, visible == 1 ? "" : "s");
-    // GPU too small: say so up front; the run still goes (an OOM is a result to compare).
-    const json& g = env["gpus"][0];
-    const json dev_gpu = gpu.is_null() ? gpu_from_device(str(g, "name"), num(g, "total_bytes")) : gpu;
-    for (const Case& k : cases) {
-      json req = k.workload.contains("gpu") ? k.request : core_request(k.workload, "cuda", dev_gpu);
-      const json e = json::parse(memfit::estimate_json(req.dump()));
-      if (!e.contains("error") && !e.value("fits", true))
-        std::fprintf(stderr,
-                     "[memfit validate] %s: the estimate (%s) does not fit the %s (%s): expect an out-of-memory, which "
-                     "is reported as a result\n",
-                     k.name.c_str(), gib_text(num(e["per_gpu"], "device_total_bytes")).c_str(), str(g, "name").c_str(),
-                     gib_text(num(g, "total_bytes")).c_str());
+  return dir;
+}
+
+/// `--dry-run`: the jobs that would run (their case files written when a --work-dir is given),
+/// the cases and their estimates.
+int print_dry_run(const Options& o, const std::vector<Case>& cases, const std::string& python,
+                  const std::string& python_from, const std::string& workload, const std::string& root,
+                  const std::string& dir, const json& gpu) {
+  const std::string shown = dir.empty() ? "$TMP" : dir;
+  std::vector<Job> jobs = plan_jobs(o, cases, python.empty() ? "python3" : python, workload.empty() ? "validate/workload.py" : workload, shown);
+  if (!dir.empty())
+    for (const Job& j : jobs) {
+      json list = json::array();
+      for (size_t i : j.cases) list.push_back(cases[i].workload);
+      write_file(j.in_path, list.dump(1) + "\n");
     }
+  return dry_run(o, cases, jobs, python, python_from, workload, root.empty() ? fs::current_path().string() : root, gpu);
+}
+
+void warn_estimates_over_gpu(const std::vector<Case>& cases, const json& env, const json& gpu) {
+  // GPU too small: say so up front; the run still goes (an OOM is a result to compare).
+  const json& g = env["gpus"][0];
+  const json dev_gpu = gpu.is_null() ? gpu_from_device(str(g, "name"), num(g, "total_bytes")) : gpu;
+  for (const Case& k : cases) {
+    json req = k.workload.contains("gpu") ? k.request : core_request(k.workload, "cuda", dev_gpu);
+    const json e = json::parse(memfit::estimate_json(req.dump()));
+    if (!e.contains("error") && !e.value("fits", true))
+      std::fprintf(stderr,
+                   "[memfit validate] %s: the estimate (%s) does not fit the %s (%s): expect an out-of-memory, which "
+                   "is reported as a result\n",
+                   k.name.c_str(), gib_text(num(e["per_gpu"], "device_total_bytes")).c_str(), str(g, "name").c_str(),
+                   gib_text(num(g, "total_bytes")).c_str());
   }
+}
+
+/// `--device cuda`: stops when torch sees no GPU; warns about cases that need more GPUs than are
+/// visible or more memory than the GPU has.
+void check_cuda_environment(const Options& o, const json& env, const std::string& python, const std::vector<Case>& cases,
+                            const json& gpu) {
+  if (!env.value("cuda_available", false))
+    throw Fatal("torch " + str(env, "torch") + " at " + python + " sees no CUDA GPU (" +
+                (env["torch_cuda"].is_null() ? std::string("a CPU-only build of torch") : "no driver or no visible device") +
+                "): install a CUDA build of torch, check nvidia-smi and CUDA_VISIBLE_DEVICES, or use --device cpu");
+  const size_t visible = env["gpus"].size();
+  if (o.launcher.empty())
+    for (const Case& k : cases)
+      if (static_cast<size_t>(k.nproc) > visible)
+        std::fprintf(stderr,
+                     "[memfit validate] %s: needs %d ranks (one GPU each) but torch sees %zu GPU%s: it will fail; "
+                     "use --launcher for a multi-node launch\n",
+                     k.name.c_str(), k.nproc, visible, visible == 1 ? "" : "s");
+  warn_estimates_over_gpu(cases, env, gpu);
+}
+
+/// Runs the workload on every case (results attached to the cases) in DIR, or in a temporary
+/// directory removed afterwards when DIR is empty.
+void measure(const Options& o, std::vector<Case>& cases, const std::string& python, const std::string& workload,
+             const std::string& root, std::string dir) {
   const bool temp = dir.empty();
   if (temp) {
     dir = proc::make_temp_dir("memfit-validate-");
@@ -232,6 +239,31 @@ int run(const Options& o) {
   }
   if (temp) proc::remove_tree(dir);
   if (!o.quiet) std::fprintf(stderr, "[memfit validate] measured in %.1f s\n", proc::now() - t0);
+}
+
+int run(const Options& o) {
+  if (!o.replay_path.empty()) return replay(o);
+  const std::string root = find_root(o);
+  Problems problems;
+  std::vector<Case> cases = load_cases(o, root, problems);
+  const json gpu = gpu_option(o.gpu);
+  if (o.trace)
+    for (Case& k : cases) k.workload["measure"]["trace"] = true;
+  if (o.tensors)
+    for (Case& k : cases) k.workload["measure"]["tensors"] = true;
+  estimate_all(cases, o.device, o.device == "cuda" ? gpu : json(), problems);
+  throw_problems(o.cases_path, problems);
+  const std::string workload = workload_path(o, root);
+  const auto [python, python_from] = find_python(o);
+  const std::string dir = work_dir_of(o);
+  if (o.dry_run) return print_dry_run(o, cases, python, python_from, workload, root, dir, gpu);
+  if (workload.empty() || !fs::exists(workload))
+    throw Fatal("cannot find validate/workload.py (looked above the current directory and above memfit's own): run from "
+                "the memfit checkout or pass --workload PATH");
+  if (python.empty()) throw Fatal("Python not found (" + python_from + "): " + kSetupHint);
+  const json env = preflight(python, root, cases);
+  if (o.device == "cuda") check_cuda_environment(o, env, python, cases, gpu);
+  measure(o, cases, python, workload, root, dir);
   if (o.device == "cuda") retarget_gpu(cases, gpu);
   if (!o.record_path.empty()) record(o, cases);
   return report_all(cases, o, "measured on " + o.device);

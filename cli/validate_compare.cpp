@@ -158,74 +158,77 @@ Stats stats_of(const std::vector<const Report*>& reps) {
   return s;
 }
 
-}  // namespace
+/// Fills in the report of a case that ran out of memory: a pass when the estimate said it does
+/// not fit, a failure when it said it fits.
+void fill_oom(Report& rep, const Case& k, const Options& o, const json& e, const json& pg) {
+  rep.status = "oom";
+  const bool fits = e.value("fits", true);
+  rep.failed = fits;
+  const std::string on = gib_text(num(pg, "gpu_memory_bytes"));
+  rep.note = fits ? "WRONG: the estimate said it fits (" + gib_text(num(pg, "device_total_bytes")) + " of " + on + ")"
+                  : "agrees: the estimate said it does not fit (" + gib_text(num(pg, "device_total_bytes")) + " of " + on + ")";
+  Row row;
+  row.metric = o.device == "cuda" || k.workload.value("device", "") == "cuda" ? "device (NVML)" : "peak allocated";
+  row.measured_text = "OOM";
+  row.estimate = num(pg, "device_total_bytes");
+  row.note = rep.note;
+  rep.rows.push_back(row);
+}
 
-Report compare(const Case& k, const Options& o) {
-  Report rep;
-  rep.c = &k;
-  const json& e = k.estimate;
-  const json& pg = e["per_gpu"];
-  const json& bd = pg["breakdown"];
+/// Fills in the report of a case with nothing to compare (no result line, an unsupported setup,
+/// an out-of-memory or an error) and returns true; returns false when the case was measured.
+bool fill_unmeasured(Report& rep, const Case& k, const Options& o, const json& e, const json& pg) {
   if (k.results.empty()) {
     rep.status = "error";
     rep.failed = true;
     rep.note = k.run_error.empty() ? "no result line for this case" : k.run_error;
-    return rep;
+    return true;
   }
   for (const json& r : k.results)
     if (r.value("unsupported", false)) {
       rep.status = "unsupported";
       rep.note = str(r, "error");
-      return rep;
+      return true;
     }
   for (const json& r : k.results)
     if (r.value("oom", false)) {
-      rep.status = "oom";
-      const bool fits = e.value("fits", true);
-      rep.failed = fits;
-      const std::string on = gib_text(num(pg, "gpu_memory_bytes"));
-      rep.note = fits ? "WRONG: the estimate said it fits (" + gib_text(num(pg, "device_total_bytes")) + " of " + on + ")"
-                      : "agrees: the estimate said it does not fit (" + gib_text(num(pg, "device_total_bytes")) + " of " + on + ")";
-      Row row;
-      row.metric = o.device == "cuda" || k.workload.value("device", "") == "cuda" ? "device (NVML)" : "peak allocated";
-      row.measured_text = "OOM";
-      row.estimate = num(pg, "device_total_bytes");
-      row.note = rep.note;
-      rep.rows.push_back(row);
-      return rep;
+      fill_oom(rep, k, o, e, pg);
+      return true;
     }
   for (const json& r : k.results)
     if (r.contains("error")) {
       rep.status = "error";
       rep.failed = true;
       rep.note = str(r, "error");
-      return rep;
+      return true;
     }
-  rep.status = "ok";
-  // The busiest rank (the estimate describes the busiest one).
-  const json* top = &k.results.front();
-  for (const json& r : k.results)
+  return false;
+}
+
+// The busiest rank (the estimate describes the busiest one).
+const json& busiest_rank(const std::vector<json>& results) {
+  const json* top = &results.front();
+  for (const json& r : results)
     if (num(r["measured"], "peak_allocated_bytes") > num((*top)["measured"], "peak_allocated_bytes")) top = &r;
-  if (top->contains("rank")) rep.rank = (*top)["rank"].get<int>();
-  const json& m = (*top)["measured"];
-  const bool cuda = top->contains("environment") && str((*top)["environment"], "device") == "cuda";
-  std::vector<Part> parts = compare_parts(bd, steady_breakdown(m));
-  rep.parts = parts;
-  if (!cuda) {
-    rep.rows.push_back(numeric_row("peak allocated", num(pg, "allocated_peak_bytes"), num(m, "peak_allocated_bytes"),
-                                   o.tolerance, parts));
-    return rep;
-  }
-  auto max_over_ranks = [&](const char* key) {
-    double v = -1;
-    for (const json& r : k.results)
-      if (r.contains("measured") && r["measured"].contains(key) && r["measured"][key].is_number())
-        v = std::max(v, r["measured"][key].get<double>());
-    return v;
-  };
-  const double alloc = max_over_ranks("cuda_peak_allocated_bytes");
-  const double reserved = max_over_ranks("cuda_peak_reserved_bytes");
-  const double nvml = max_over_ranks("nvml_peak_used_bytes");
+  return *top;
+}
+
+/// The largest figure KEY that any rank measured, or -1 when none did.
+double max_over_ranks(const std::vector<json>& results, const char* key) {
+  double v = -1;
+  for (const json& r : results)
+    if (r.contains("measured") && r["measured"].contains(key) && r["measured"][key].is_number())
+      v = std::max(v, r["measured"][key].get<double>());
+  return v;
+}
+
+/// The CUDA rows (allocated, reserved, device): each metric's parts are the previous metric's
+/// plus the component that this metric adds (see the CUDA-only list above `compare_parts`).
+void add_cuda_rows(Report& rep, const Case& k, const Options& o, const json& pg, const json& bd, const json& m,
+                   const std::vector<Part>& parts) {
+  const double alloc = max_over_ranks(k.results, "cuda_peak_allocated_bytes");
+  const double reserved = max_over_ranks(k.results, "cuda_peak_reserved_bytes");
+  const double nvml = max_over_ranks(k.results, "nvml_peak_used_bytes");
   std::vector<Part> pa = parts;
   if (m.contains("tracker_peak_bytes"))
     pa.push_back({"cublas_workspace+rounding", est_part(bd, {"cublas_workspace", "allocator_whole_blocks"}),
@@ -246,6 +249,30 @@ Report compare(const Case& k, const Options& o) {
     r.note = "NVML unavailable in the workload's Python (pip install nvidia-ml-py)";
     rep.rows.push_back(r);
   }
+}
+
+}  // namespace
+
+Report compare(const Case& k, const Options& o) {
+  Report rep;
+  rep.c = &k;
+  const json& e = k.estimate;
+  const json& pg = e["per_gpu"];
+  const json& bd = pg["breakdown"];
+  if (fill_unmeasured(rep, k, o, e, pg)) return rep;
+  rep.status = "ok";
+  const json& top = busiest_rank(k.results);
+  if (top.contains("rank")) rep.rank = top["rank"].get<int>();
+  const json& m = top["measured"];
+  const bool cuda = top.contains("environment") && str(top["environment"], "device") == "cuda";
+  std::vector<Part> parts = compare_parts(bd, steady_breakdown(m));
+  rep.parts = parts;
+  if (!cuda) {
+    rep.rows.push_back(numeric_row("peak allocated", num(pg, "allocated_peak_bytes"), num(m, "peak_allocated_bytes"),
+                                   o.tolerance, parts));
+    return rep;
+  }
+  add_cuda_rows(rep, k, o, pg, bd, m, parts);
   return rep;
 }
 

@@ -220,10 +220,10 @@ std::vector<Job> plan_jobs(const Options& o, const std::vector<Case>& cases, con
   return out;
 }
 
-void run_jobs(const Options& o, std::vector<Job>& jobs, std::vector<Case>& cases, const std::string& root) {
-  const int slots = o.device == "cuda" ? 1 : (o.jobs > 0 ? o.jobs : default_jobs());
-  std::map<std::string, size_t> by_name;
-  for (size_t i = 0; i < cases.size(); ++i) by_name[cases[i].name] = i;
+namespace {
+
+/// Writes each job's case list (its input file) and removes an old output file.
+void write_job_inputs(std::vector<Job>& jobs, const std::vector<Case>& cases) {
   for (Job& j : jobs) {
     json list = json::array();
     for (size_t i : j.cases) list.push_back(cases[i].workload);
@@ -231,107 +231,149 @@ void run_jobs(const Options& o, std::vector<Job>& jobs, std::vector<Case>& cases
     std::error_code ec;
     fs::remove(j.out_path, ec);
   }
+}
+
+void stop_running_jobs(std::vector<Job>& jobs) {
+  for (Job& j : jobs)
+    if (j.started && !j.done) {
+      proc::stop(j.child);
+      j.done = true;
+    }
+}
+
+/// Starts the waiting jobs in order while their ranks fit in the free slots (`used` counts the
+/// busy ones); a job that does not fit waits, and so do the ones after it.
+void start_jobs_that_fit(const Options& o, std::vector<Job>& jobs, const std::string& root, int slots, int& used) {
+  for (Job& j : jobs) {
+    if (j.started) continue;
+    const int need = std::min(j.nproc, slots);
+    if (used > 0 && used + need > slots) break;  // keep the order: no overtaking
+    std::string err;
+    auto child = proc::spawn(j.argv, j.env, root, j.stdout_path, j.stderr_path, err);
+    if (!child) {
+      stop_running_jobs(jobs);
+      throw Fatal("cannot start " + j.argv[0] + ": " + err +
+                  (j.nproc > 1 && !o.launcher.empty() ? " (from --launcher)" : ""));
+    }
+    if (!o.quiet)
+      std::fprintf(stderr, "[memfit validate] %s: %zu case%s: %s\n", j.tag.c_str(), j.cases.size(),
+                   j.cases.size() == 1 ? "" : "s", command_line(j).c_str());
+    j.child = *child;
+    j.started = true;
+    used += need;
+  }
+}
+
+/// True when the running job has just ended: it exited, or ran past --timeout and was stopped.
+bool has_just_ended(const Options& o, Job& j) {
+  int status = 0;
+  if (proc::finished(j.child, status)) {
+    j.done = true;
+    j.status = status;
+  } else if (proc::now() - j.child.started > o.timeout_s) {
+    proc::stop(j.child);
+    j.done = true;
+    j.timed_out = true;
+    j.status = 124;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// The JSON objects among the lines of TEXT (other lines skipped).
+std::vector<json> json_object_lines(const std::string& text) {
+  std::vector<json> v;
+  std::istringstream ss(text);
+  for (std::string l; std::getline(ss, l);) {
+    json x = json::parse(l, nullptr, false);
+    if (x.is_object()) v.push_back(x);
+  }
+  return v;
+}
+
+/// Attaches the ended job's result lines to their cases, and to each case left unanswered the
+/// reason with the process's last log lines.
+void collect_results(const Options& o, std::vector<Job>& jobs, const Job& j, std::vector<Case>& cases,
+                     const std::map<std::string, size_t>& by_name) {
+  const std::string out = read_file(j.stdout_path);
+  const std::string err = read_file(j.stderr_path);
+  if (o.verbose) std::fprintf(stderr, "%s", err.c_str());
+  // workload.py: {"error", "missing_dependency"} on stdout and exit 3 when an import fails.
+  for (const json& line : json_object_lines(out))
+    if (line.contains("missing_dependency")) {
+      stop_running_jobs(jobs);
+      throw Fatal(str(line, "error", "a Python package is missing"));
+    }
+  size_t answered = 0;
+  if (fs::exists(j.out_path))
+    for (json& r : read_json_lines(j.out_path)) {
+      auto it = by_name.find(str(r, "name"));
+      if (it == by_name.end()) continue;
+      cases[it->second].results.push_back(std::move(r));
+      ++answered;
+    }
+  const std::string why = j.timed_out ? "timed out after " + std::to_string(static_cast<int>(o.timeout_s)) + " s (--timeout)"
+                                      : "exited with status " + std::to_string(j.status);
+  for (size_t i : j.cases)
+    if (cases[i].results.empty())
+      cases[i].run_error = "the workload process " + why + " before answering this case; its last log lines:\n" +
+                           tail_lines(err + out, 12);
+  if (!o.quiet)
+    std::fprintf(stderr, "[memfit validate] %s done in %.1f s (%s, %zu result lines)\n", j.tag.c_str(), j.seconds,
+                 j.timed_out ? "timed out" : ("exit " + std::to_string(j.status)).c_str(), answered);
+}
+
+/// Collects every job that has just ended (freeing its slots); true when all jobs are done.
+bool collect_ended_jobs(const Options& o, std::vector<Job>& jobs, std::vector<Case>& cases,
+                        const std::map<std::string, size_t>& by_name, int slots, int& used) {
+  bool all_done = true;
+  for (Job& j : jobs) {
+    if (!j.started || j.done) {
+      all_done = all_done && j.done;
+      continue;
+    }
+    all_done = false;
+    if (!has_just_ended(o, j)) continue;
+    j.seconds = proc::now() - j.child.started;
+    used -= std::min(j.nproc, slots);
+    collect_results(o, jobs, j, cases, by_name);
+  }
+  return all_done;
+}
+
+void print_progress(const std::vector<Job>& jobs, double t0, size_t total_lines_expected) {
+  size_t lines = 0;
+  for (const Job& j : jobs)
+    if (j.started) lines += count_lines(j.out_path);
+  std::fprintf(stderr, "[memfit validate] %.0f s: %zu of %zu result lines written\n", proc::now() - t0, lines,
+               total_lines_expected);
+}
+
+}  // namespace
+
+void run_jobs(const Options& o, std::vector<Job>& jobs, std::vector<Case>& cases, const std::string& root) {
+  const int slots = o.device == "cuda" ? 1 : (o.jobs > 0 ? o.jobs : default_jobs());
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < cases.size(); ++i) by_name[cases[i].name] = i;
+  write_job_inputs(jobs, cases);
   proc::install_interrupt_handler();
   const double t0 = proc::now();
   double last_progress = t0;
   int used = 0;
   size_t total_lines_expected = 0;
   for (const Job& j : jobs) total_lines_expected += j.cases.size() * static_cast<size_t>(j.nproc);
-  auto stop_all = [&]() {
-    for (Job& j : jobs)
-      if (j.started && !j.done) {
-        proc::stop(j.child);
-        j.done = true;
-      }
-  };
   for (;;) {
     // start what fits
-    for (Job& j : jobs) {
-      if (j.started) continue;
-      const int need = std::min(j.nproc, slots);
-      if (used > 0 && used + need > slots) break;  // keep the order: no overtaking
-      std::string err;
-      auto child = proc::spawn(j.argv, j.env, root, j.stdout_path, j.stderr_path, err);
-      if (!child) {
-        stop_all();
-        throw Fatal("cannot start " + j.argv[0] + ": " + err +
-                    (j.nproc > 1 && !o.launcher.empty() ? " (from --launcher)" : ""));
-      }
-      if (!o.quiet)
-        std::fprintf(stderr, "[memfit validate] %s: %zu case%s: %s\n", j.tag.c_str(), j.cases.size(),
-                     j.cases.size() == 1 ? "" : "s", command_line(j).c_str());
-      j.child = *child;
-      j.started = true;
-      used += need;
-    }
-    bool all_done = true;
-    for (Job& j : jobs) {
-      if (!j.started || j.done) {
-        all_done = all_done && j.done;
-        continue;
-      }
-      all_done = false;
-      int status = 0;
-      if (proc::finished(j.child, status)) {
-        j.done = true;
-        j.status = status;
-      } else if (proc::now() - j.child.started > o.timeout_s) {
-        proc::stop(j.child);
-        j.done = true;
-        j.timed_out = true;
-        j.status = 124;
-      } else {
-        continue;
-      }
-      j.seconds = proc::now() - j.child.started;
-      used -= std::min(j.nproc, slots);
-      const std::string out = read_file(j.stdout_path);
-      const std::string err = read_file(j.stderr_path);
-      if (o.verbose) std::fprintf(stderr, "%s", err.c_str());
-      // workload.py: {"error", "missing_dependency"} on stdout and exit 3 when an import fails.
-      for (const json& line : [&] {
-             std::vector<json> v;
-             std::istringstream ss(out);
-             for (std::string l; std::getline(ss, l);) {
-               json x = json::parse(l, nullptr, false);
-               if (x.is_object()) v.push_back(x);
-             }
-             return v;
-           }())
-        if (line.contains("missing_dependency")) {
-          stop_all();
-          throw Fatal(str(line, "error", "a Python package is missing"));
-        }
-      size_t answered = 0;
-      if (fs::exists(j.out_path))
-        for (json& r : read_json_lines(j.out_path)) {
-          auto it = by_name.find(str(r, "name"));
-          if (it == by_name.end()) continue;
-          cases[it->second].results.push_back(std::move(r));
-          ++answered;
-        }
-      const std::string why = j.timed_out ? "timed out after " + std::to_string(static_cast<int>(o.timeout_s)) + " s (--timeout)"
-                                          : "exited with status " + std::to_string(j.status);
-      for (size_t i : j.cases)
-        if (cases[i].results.empty())
-          cases[i].run_error = "the workload process " + why + " before answering this case; its last log lines:\n" +
-                               tail_lines(err + out, 12);
-      if (!o.quiet)
-        std::fprintf(stderr, "[memfit validate] %s done in %.1f s (%s, %zu result lines)\n", j.tag.c_str(), j.seconds,
-                     j.timed_out ? "timed out" : ("exit " + std::to_string(j.status)).c_str(), answered);
-    }
-    if (all_done) break;
+    start_jobs_that_fit(o, jobs, root, slots, used);
+    if (collect_ended_jobs(o, jobs, cases, by_name, slots, used)) break;
     if (proc::interrupted()) {
-      stop_all();
+      stop_running_jobs(jobs);
       throw Fatal("interrupted: the workload processes were stopped", 130);
     }
     if (!o.quiet && proc::now() - last_progress > 30) {
       last_progress = proc::now();
-      size_t lines = 0;
-      for (const Job& j : jobs)
-        if (j.started) lines += count_lines(j.out_path);
-      std::fprintf(stderr, "[memfit validate] %.0f s: %zu of %zu result lines written\n", proc::now() - t0, lines,
-                   total_lines_expected);
+      print_progress(jobs, t0, total_lines_expected);
     }
     proc::sleep_s(0.1);
   }
