@@ -68,15 +68,18 @@ export function renderRecommendation(el, result, ctx, onPatch) {
     const pg = estimate.per_gpu;
     const inf = estimate.inference;
     const cls = fitClass(pg.device_total_bytes, pg.gpu_memory_bytes);
-    el.replaceChildren(
-      h('p', { class: 'kicker' }, `Serving on ${where}${ctx.gpus > 1 ? ` (tensor parallel ${ctx.gpus})` : ''}`),
+    el.replaceChildren(...[
+      h('p', { class: 'kicker' }, `Serving on ${where}`),
       h('p', { class: `headline ${cls}` }, estimate.fits ? 'Fits' : 'Does not fit',
         h('span', { class: 'sub' }, ` — ${gib(pg.device_total_bytes)} of ${gib(pg.gpu_memory_bytes)} per GPU`)),
       h('dl', { class: 'stats' },
         stat('KV cache per token', bytesShort(inf.kv_cache_bytes_per_token), 'all layers, per GPU'),
         stat('KV cache', bytesShort(inf.kv_cache_bytes), `batch ${ctx.ibatch} × ${num(ctx.ictx)} tokens`),
         stat('Largest batch', inf.max_batch_at_context ? num(inf.max_batch_at_context) : 'none', `at ${num(ctx.ictx)} tokens of context`),
-        stat('Longest context', inf.max_context_at_batch ? num(inf.max_context_at_batch) : 'none', `at batch ${ctx.ibatch}`)));
+        stat('Longest context', inf.max_context_at_batch ? num(inf.max_context_at_batch) : 'none', `at batch ${ctx.ibatch}`)),
+      // how the GPUs are split (tensor parallel, replicas) and the core's warnings, in sight
+      estimate.notes.length ? h('ul', { class: 'notes', id: 'serving-notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
+    ].filter(Boolean));
     return;
   }
   const r = plan.recommendation;
@@ -181,7 +184,7 @@ export function renderDetail(el, result, ctx) {
   const scale = Math.max(cap, pg.device_total_bytes) * 1.02;
   const pct = (b) => `${((100 * b) / scale).toFixed(3)}%`;
   const parts = pg.breakdown.filter((c) => c.bytes > 0);
-  const title = selected ? `${selected.label} · micro-batch ${selected.mbs} · per GPU` : `Per GPU (${ctx.gpus > 1 ? `tensor parallel ${ctx.gpus}` : 'one GPU'})`;
+  const title = selected ? `${selected.label} · micro-batch ${selected.mbs} · per GPU` : `Per GPU (${ctx.gpus > 1 ? `of ${ctx.gpus}` : 'one GPU'})`;
   const cls = fitClass(pg.device_total_bytes, cap, result.plan?.budget_bytes ?? cap);
   el.replaceChildren(...[
     h('h3', { id: 'detail-title' }, title),
@@ -203,7 +206,8 @@ export function renderDetail(el, result, ctx) {
         h('td', { class: 'formula' }, c.formula))))),
     h('p', { class: 'phase' }, `Peak during ${estimate.peak_phase}${pg.allocated_method ? ` (allocated figure: ${pg.allocated_method})` : ''}. `,
       estimate.phases.map((p) => `${p.phase} ${gib(p.allocated_bytes)}`).join(' · ')),
-    estimate.notes.length ? h('ul', { class: 'notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
+    // a serving answer lists its notes beside the answer already
+    estimate.notes.length && !estimate.inference ? h('ul', { class: 'notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
   ].filter(Boolean));
 }
 

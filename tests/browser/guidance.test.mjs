@@ -222,3 +222,40 @@ test('phone: the answer is pinned while the form is in view; layout names are wh
   assert.ok(overflow <= 0);
   await context.close();
 });
+
+test('serving on 3 or 64 GPUs: tensor parallel as far as the heads allow, replicas for the rest, said beside the answer', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=inference&gpus=3');
+  await waitText(page, '#recommendation', /^Serving on 3 × /);
+  assert.ok(await page.locator('#error').isHidden());
+  assert.match(await text(page, '#recommendation'), /Fits — /);
+  assert.match(await text(page, '#serving-notes'), /3 GPUs run as tp 1 x 3 data-parallel replicas/);
+  assert.equal(await page.locator('#detail .notes').count(), 0, 'the notes are not repeated under the breakdown');
+  assert.doesNotMatch(await text(page, '#detail-title'), /tensor parallel 3/);
+  await screenshot(page, 'serve-3-gpus');
+  const before = await computed(page);
+  await page.fill('#gpus', '64');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, before);
+  assert.match(await text(page, '#serving-notes'), /64 GPUs run as tp 32 x 2 data-parallel replicas/);
+  assert.doesNotMatch(await text(page, '#results'), /\bnull\b|undefined|NaN/);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test('FlashAttention-2 on a GPU older than Ampere: the message sits at the Attention control and says what to pick', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=qlora&gpu=T4-16GB&attn=flash_attention_2');
+  await page.waitForSelector('#attn[aria-invalid="true"]');
+  assert.match(await text(page, '#msg-attn'), /^FlashAttention-2 needs an Ampere or newer GPU .*T4.*set Attention to SDPA/);
+  assert.match(await text(page, '#error'), /set Attention to SDPA/);
+  // the message under Attention leaves the control beside it (Gradient accumulation) its height
+  const heights = await page.evaluate(() => ['#gas', '#seq'].map((s) => document.querySelector(s).getBoundingClientRect().height));
+  assert.equal(heights[0], heights[1], heights.join());
+  await screenshot(page, 'flash-attention-t4');
+  const before = await computed(page);
+  await page.selectOption('#attn', 'sdpa');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed || 0) > b, before || 0);
+  assert.match(await text(page, '#recommendation'), /^Training on 1 × NVIDIA T4 16GB|^Recommended for training/);
+  assert.ok(await page.locator('#error').isHidden());
+  assert.equal(await page.locator('#attn[aria-invalid]').count(), 0);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
