@@ -259,3 +259,24 @@ test('FlashAttention-2 on a GPU older than Ampere: the message sits at the Atten
   assert.deepEqual(errors, []);
   await context.close();
 });
+
+test('bf16 on a GPU without it (V100): the answer stands, and the Precision control says it runs emulated and slow', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=lora&gpu=V100-32GB&precision=amp_bf16');
+  await waitText(page, '#msg-precision', /V100 SXM2 32GB has no native bf16: PyTorch emulates it \(same memory, much slower\)/);
+  assert.ok(await page.locator('#recommendation').isVisible());
+  assert.equal(await page.locator('#precision[aria-invalid]').count(), 0, 'a warning, not an error');
+  await screenshot(page, 'bf16-on-v100');
+  const before = await computed(page);
+  await page.selectOption('#precision', 'amp_fp16');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, before);
+  assert.equal(await page.locator('#msg-precision').count(), 0);
+  await page.selectOption('#precision', 'amp_bf16');
+  await waitText(page, '#msg-precision', /no native bf16/);
+  const again = await computed(page);
+  await page.selectOption('#gpu', 'A100-80GB');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, again);
+  assert.equal(await page.inputValue('#precision'), 'amp_bf16');
+  assert.equal(await page.locator('#msg-precision').count(), 0, 'the A100 has bf16');
+  assert.deepEqual(errors, []);
+  await context.close();
+});
