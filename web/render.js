@@ -125,7 +125,10 @@ export function renderGrid(table, plan, selected, onSelect) {
         'aria-label': `${c.label}, micro-batch ${b}: ${gib(bytes)} per GPU, ${FIT_WORDS[cls]}`,
       }, (bytes / GiB).toFixed(bytes / GiB >= 100 ? 0 : 1));
     }),
-    h('td', { class: 'num' }, c.max_micro_batch ? String(c.max_micro_batch) : '–'),
+    // the selected micro-batch between two columns (6 between 4 and 8): its row's Max cell carries the mark
+    h('td', selected && selected.label === c.label && selected.mbs === c.max_micro_batch && !cols.some(({ b }) => b === selected.mbs)
+      ? { class: 'num selected max', title: `micro-batch ${selected.mbs}: the largest that fits, between the grid's columns` }
+      : { class: 'num' }, c.max_micro_batch ? String(c.max_micro_batch) : '–'),
     h('td', { class: 'num' }, c.fits ? num(c.tokens_per_s) : '–')));
   // The embed shows the first 6 rows (style.css): say how many more the full calculator has.
   const more = rows.length > 6 ? h('tfoot', { class: 'more' }, h('tr', {}, h('td', { colspan: String(cols.length + 3) },

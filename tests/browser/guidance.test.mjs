@@ -280,3 +280,15 @@ test('bf16 on a GPU without it (V100): the answer stands, and the Precision cont
   assert.deepEqual(errors, []);
   await context.close();
 });
+
+test('a recommended micro-batch between the grid\'s columns (6 between 4 and 8) is marked on its row\'s Max cell', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&gpus=8');
+  const reco = await page.evaluate(() => window.memfit.result.plan.recommendation);
+  const columns = await page.locator('#grid thead th').allInnerTexts();
+  assert.ok(!columns.includes(String(reco.max_micro_batch)), `this setup's recommendation (${reco.max_micro_batch}) is between columns: ${columns}`);
+  const marked = page.locator('#grid td.selected');
+  assert.equal(await marked.count(), 1);
+  assert.equal(await marked.innerText(), String(reco.max_micro_batch));
+  assert.equal(await marked.evaluate((td) => td.closest('tr').querySelector('th').title), reco.label);
+  await context.close();
+});
