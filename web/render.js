@@ -90,7 +90,7 @@ export function renderRecommendation(el, result, ctx, onPatch) {
   const pg = r.per_gpu;
   el.replaceChildren(
     h('p', { class: 'kicker' }, `Recommended for training on ${where}`),
-    h('p', { class: 'headline fit' }, r.label, h('span', { class: 'sub' }, ` at micro-batch ${r.max_micro_batch}`)),
+    h('p', { class: 'headline fit', title: layoutWords(r) }, r.label, h('span', { class: 'sub' }, ` at micro-batch ${r.max_micro_batch}`)),
     h('dl', { class: 'stats' },
       stat('Throughput', `${num(r.tokens_per_s)} tokens/s`, `${r.step_time_s.toFixed(2)} s per step, MFU ${Math.round(plan.assumed_mfu * 100)}% assumed`),
       stat('Per GPU', gib(pg.device_total_bytes), `of ${gib(pg.gpu_memory_bytes)} (nvidia-smi)`),
@@ -114,7 +114,7 @@ export function renderGrid(table, plan, selected, onSelect) {
   const head = h('tr', {}, h('th', { scope: 'col', class: 'layout' }, 'Layout'),
     cols.map(({ b }) => h('th', { scope: 'col' }, `${b}`)), h('th', { scope: 'col' }, 'Max'), h('th', { scope: 'col' }, 'Tokens/s'));
   const rows = plan.candidates.map((c, r) => h('tr', {},
-    h('th', { scope: 'row', class: 'layout', title: c.label }, layoutName(c.label)),
+    h('th', { scope: 'row', class: 'layout', title: layoutWords(c), 'data-label': c.label }, layoutName(c.label)),
     cols.map(({ b, i }) => {
       const bytes = c.grid_device_bytes[i];
       const cls = fitClass(bytes, cap, budget);
@@ -160,6 +160,30 @@ export function renderGrid(table, plan, selected, onSelect) {
       }
     }
   };
+}
+
+/** What each sharding method keeps whole and what it splits, for the layout tooltips (in words, not identifiers). */
+const METHOD_WORDS = {
+  single: 'one GPU holds the weights, gradients and optimizer states',
+  ddp: 'PyTorch DDP: every GPU holds a full copy of the weights, gradients and optimizer states',
+  zero1: 'DeepSpeed ZeRO-1: optimizer states sharded',
+  zero2: 'DeepSpeed ZeRO-2: optimizer states and gradients sharded',
+  zero3: 'DeepSpeed ZeRO-3: weights, gradients and optimizer states sharded',
+  fsdp_full_shard: 'PyTorch FSDP FULL_SHARD: weights, gradients and optimizer states sharded (as ZeRO-3)',
+  fsdp_shard_grad_op: 'PyTorch FSDP SHARD_GRAD_OP: gradients and optimizer states sharded (as ZeRO-2)',
+};
+
+/** A layout in words: "zero2 + cpu optimizer offload: DeepSpeed ZeRO-2: ... over 8 GPUs; optimizer states in CPU RAM". */
+export function layoutWords(c) {
+  const parts = [];
+  const method = METHOD_WORDS[c.method];
+  if (method) parts.push(c.method === 'single' || c.method === 'ddp' || c.dp <= 1 ? method : `${method} over ${c.dp} data-parallel GPUs`);
+  if (c.tp > 1) parts.push(`tensor parallel over ${c.tp} GPUs (each layer's matrices split)`);
+  if (c.pp > 1) parts.push(`pipeline parallel over ${c.pp} GPUs (the layers split into stages)`);
+  if (!method && c.dp > 1) parts.push(`${c.dp} data-parallel replicas`);
+  if (c.offload_optimizer) parts.push('optimizer states in CPU RAM');
+  if (c.offload_params) parts.push('weights in CPU RAM');
+  return parts.length ? `${c.label}: ${parts.join('; ')}` : c.label;
 }
 
 /** Layout names that wrap between words but never inside a degree ("tp 2" stays whole). */

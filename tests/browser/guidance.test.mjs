@@ -289,6 +289,19 @@ test('a recommended micro-batch between the grid\'s columns (6 between 4 and 8) 
   const marked = page.locator('#grid td.selected');
   assert.equal(await marked.count(), 1);
   assert.equal(await marked.innerText(), String(reco.max_micro_batch));
-  assert.equal(await marked.evaluate((td) => td.closest('tr').querySelector('th').title), reco.label);
+  assert.equal(await marked.evaluate((td) => td.closest('tr').querySelector('th').dataset.label), reco.label);
+  await context.close();
+});
+
+test('layout names say in words what they shard, split and offload (tooltips on the grid rows and the answer)', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&gpus=8');
+  const title = (label) => page.locator(`#grid th[data-label="${label}"]`).getAttribute('title');
+  assert.equal(await title('zero2 + cpu optimizer offload'),
+    'zero2 + cpu optimizer offload: DeepSpeed ZeRO-2: optimizer states and gradients sharded over 8 data-parallel GPUs; optimizer states in CPU RAM');
+  assert.match(await title('fsdp_full_shard x tp 2'), /^fsdp_full_shard x tp 2: PyTorch FSDP FULL_SHARD: .* over 4 data-parallel GPUs; tensor parallel over 2 GPUs/);
+  assert.match(await title('pp 4 x dp 2'), /pipeline parallel over 4 GPUs .*; 2 data-parallel replicas$/);
+  assert.match(await title('ddp'), /^ddp: PyTorch DDP: every GPU holds a full copy/);
+  const reco = await page.evaluate(() => window.memfit.result.plan.recommendation.label);
+  assert.equal(await page.locator('#recommendation .headline').getAttribute('title'), await title(reco));
   await context.close();
 });
