@@ -446,6 +446,8 @@ function schedule(delay) {
 }
 function syncVisibility() {
   document.body.dataset.task = state.task;
+  // mixed precision (fp32 weights, half-precision math) is a training recipe: serving loads half weights
+  for (const o of $('precision').options) if (o.value.startsWith('amp_')) o.disabled = state.task === 'inference' && o.value !== state.precision;
   document.body.dataset.gpu = state.gpu === 'custom' ? 'custom' : 'catalog';
 }
 

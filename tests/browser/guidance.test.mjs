@@ -305,3 +305,16 @@ test('layout names say in words what they shard, split and offload (tooltips on 
   assert.equal(await page.locator('#recommendation .headline').getAttribute('title'), await title(reco));
   await context.close();
 });
+
+test('serving offers no mixed-precision (AMP) recipe: those are for training', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B');
+  const amp = () => page.locator('#precision option[value^="amp_"]').evaluateAll((os) => os.map((o) => o.disabled));
+  assert.deepEqual(await amp(), [false, false]);
+  await page.selectOption('#task', 'inference');
+  await page.waitForFunction(() => document.body.dataset.task === 'inference');
+  assert.deepEqual(await amp(), [true, true]);
+  await page.selectOption('#task', 'lora');
+  await page.waitForFunction(() => document.body.dataset.task === 'lora');
+  assert.deepEqual(await amp(), [false, false]);
+  await context.close();
+});
