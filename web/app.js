@@ -330,6 +330,8 @@ async function recompute() {
   setStatus(describeModel(model, result), 'ok');
   showError(null);
   render();
+  const slow = bf16Warning(result);
+  if (slow) showFieldMessages(form, { ...problems, precision: { warning: slow } });
   $('timing').textContent = result.planMs != null ? `Plan computed in ${Math.round(result.planMs)} ms (in ${core.where}).` : '';
   window.memfit = { result: lastResult, planMs: result.planMs, ms: result.ms };
   document.body.dataset.ready = 'true';
@@ -352,6 +354,18 @@ function render() {
   updateSummary(null);
   $('embed-model').textContent = lastModel?.name ?? '';
   $('open-full').href = ctx.url;
+}
+
+/**
+ * bf16 on a GPU without it (V100, T4): the run starts, because PyTorch emulates bf16 there, with
+ * the same memory but much slower; the core notes it, and the page says it at the Precision control.
+ */
+function bf16Warning(result) {
+  const precision = result.estimate?.request.precision;
+  const gpu = gpus.get(state.gpu);
+  if (!gpu || gpu.bf16 !== false || !/bf16/.test(precision ?? '')) return null;
+  return `The ${gpu.label} has no native bf16: PyTorch emulates it (same memory, much slower). ` +
+    'fp16 mixed precision is the usual choice on it.';
 }
 
 /**
@@ -432,6 +446,8 @@ function schedule(delay) {
 }
 function syncVisibility() {
   document.body.dataset.task = state.task;
+  // mixed precision (fp32 weights, half-precision math) is a training recipe: serving loads half weights
+  for (const o of $('precision').options) if (o.value.startsWith('amp_')) o.disabled = state.task === 'inference' && o.value !== state.precision;
   document.body.dataset.gpu = state.gpu === 'custom' ? 'custom' : 'catalog';
 }
 

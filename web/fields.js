@@ -10,6 +10,7 @@ const FIELD_INFO = {
   rank: { label: 'LoRA rank', request: 'lora.rank', whole: true, warnAbove: [4096, 'above the width of most layers; typical ranks are 8 to 256'] },
   alpha: { label: 'LoRA alpha', request: 'lora.alpha' },
   targets: { label: 'Target modules', request: 'lora.targets' },
+  attn: { label: 'Attention', request: 'attention' },
   ibatch: { label: 'Batch size', request: 'inference.batch_size', whole: true, warnAbove: [100000, 'more concurrent sequences than any server batches'] },
   ictx: { label: 'Context (tokens)', request: 'inference.context_length', whole: true, warnAbove: [1 << 21, 'longer than any model\'s context window'] },
   mem: { label: 'Memory per GPU (GiB)', request: 'gpu.memory_gib', positive: true, warnAbove: [1024, 'more than any GPU has (the largest hold under 300 GiB)'] },
@@ -30,7 +31,7 @@ const fmt = (n) => n.toLocaleString('en-US');
 export function fieldProblems(s) {
   const out = {};
   for (const [name, info] of Object.entries(FIELD_INFO)) {
-    if (!applies(name, s) || name === 'targets') continue;
+    if (!applies(name, s) || name === 'targets' || name === 'attn') continue;
     const v = s[name];
     if (v == null && info.optional) continue;
     if (v == null || Number.isNaN(v)) out[name] = { error: `${info.label}: enter a number.` };
@@ -53,6 +54,11 @@ export function coreErrorField(message) {
     named = !!entry;
   }
   if (!entry && /LoRA target/i.test(message)) entry = ['targets', FIELD_INFO.targets];
+  // "FlashAttention-2 needs an Ampere or newer GPU ...: use attention "sdpa"": the Attention control
+  if (!entry && /^FlashAttention-2 /.test(message)) {
+    const sdpa = message.replace(/use attention "sdpa"/, 'set Attention to SDPA (or pick a newer GPU)');
+    return { name: 'attn', message: sdpa + (/[.)]$/.test(sdpa) ? '' : '.') };
+  }
   if (!entry) return null;
   const [name, info] = entry;
   const text = message.replace(/request field "[\w.]+"/, info.label).replace(named ? bare(info) : /$^/, `$1${info.label.toLowerCase()}`)

@@ -68,15 +68,18 @@ export function renderRecommendation(el, result, ctx, onPatch) {
     const pg = estimate.per_gpu;
     const inf = estimate.inference;
     const cls = fitClass(pg.device_total_bytes, pg.gpu_memory_bytes);
-    el.replaceChildren(
-      h('p', { class: 'kicker' }, `Serving on ${where}${ctx.gpus > 1 ? ` (tensor parallel ${ctx.gpus})` : ''}`),
+    el.replaceChildren(...[
+      h('p', { class: 'kicker' }, `Serving on ${where}`),
       h('p', { class: `headline ${cls}` }, estimate.fits ? 'Fits' : 'Does not fit',
         h('span', { class: 'sub' }, ` — ${gib(pg.device_total_bytes)} of ${gib(pg.gpu_memory_bytes)} per GPU`)),
       h('dl', { class: 'stats' },
         stat('KV cache per token', bytesShort(inf.kv_cache_bytes_per_token), 'all layers, per GPU'),
         stat('KV cache', bytesShort(inf.kv_cache_bytes), `batch ${ctx.ibatch} × ${num(ctx.ictx)} tokens`),
         stat('Largest batch', inf.max_batch_at_context ? num(inf.max_batch_at_context) : 'none', `at ${num(ctx.ictx)} tokens of context`),
-        stat('Longest context', inf.max_context_at_batch ? num(inf.max_context_at_batch) : 'none', `at batch ${ctx.ibatch}`)));
+        stat('Longest context', inf.max_context_at_batch ? num(inf.max_context_at_batch) : 'none', `at batch ${ctx.ibatch}`)),
+      // how the GPUs are split (tensor parallel, replicas) and the core's warnings, in sight
+      estimate.notes.length ? h('ul', { class: 'notes', id: 'serving-notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
+    ].filter(Boolean));
     return;
   }
   const r = plan.recommendation;
@@ -87,7 +90,7 @@ export function renderRecommendation(el, result, ctx, onPatch) {
   const pg = r.per_gpu;
   el.replaceChildren(
     h('p', { class: 'kicker' }, `Recommended for training on ${where}`),
-    h('p', { class: 'headline fit' }, r.label, h('span', { class: 'sub' }, ` at micro-batch ${r.max_micro_batch}`)),
+    h('p', { class: 'headline fit', title: layoutWords(r) }, r.label, h('span', { class: 'sub' }, ` at micro-batch ${r.max_micro_batch}`)),
     h('dl', { class: 'stats' },
       stat('Throughput', `${num(r.tokens_per_s)} tokens/s`, `${r.step_time_s.toFixed(2)} s per step, MFU ${Math.round(plan.assumed_mfu * 100)}% assumed`),
       stat('Per GPU', gib(pg.device_total_bytes), `of ${gib(pg.gpu_memory_bytes)} (nvidia-smi)`),
@@ -111,7 +114,7 @@ export function renderGrid(table, plan, selected, onSelect) {
   const head = h('tr', {}, h('th', { scope: 'col', class: 'layout' }, 'Layout'),
     cols.map(({ b }) => h('th', { scope: 'col' }, `${b}`)), h('th', { scope: 'col' }, 'Max'), h('th', { scope: 'col' }, 'Tokens/s'));
   const rows = plan.candidates.map((c, r) => h('tr', {},
-    h('th', { scope: 'row', class: 'layout', title: c.label }, layoutName(c.label)),
+    h('th', { scope: 'row', class: 'layout', title: layoutWords(c), 'data-label': c.label }, layoutName(c.label)),
     cols.map(({ b, i }) => {
       const bytes = c.grid_device_bytes[i];
       const cls = fitClass(bytes, cap, budget);
@@ -122,7 +125,10 @@ export function renderGrid(table, plan, selected, onSelect) {
         'aria-label': `${c.label}, micro-batch ${b}: ${gib(bytes)} per GPU, ${FIT_WORDS[cls]}`,
       }, (bytes / GiB).toFixed(bytes / GiB >= 100 ? 0 : 1));
     }),
-    h('td', { class: 'num' }, c.max_micro_batch ? String(c.max_micro_batch) : '–'),
+    // the selected micro-batch between two columns (6 between 4 and 8): its row's Max cell carries the mark
+    h('td', selected && selected.label === c.label && selected.mbs === c.max_micro_batch && !cols.some(({ b }) => b === selected.mbs)
+      ? { class: 'num selected max', title: `micro-batch ${selected.mbs}: the largest that fits, between the grid's columns` }
+      : { class: 'num' }, c.max_micro_batch ? String(c.max_micro_batch) : '–'),
     h('td', { class: 'num' }, c.fits ? num(c.tokens_per_s) : '–')));
   // The embed shows the first 6 rows (style.css): say how many more the full calculator has.
   const more = rows.length > 6 ? h('tfoot', { class: 'more' }, h('tr', {}, h('td', { colspan: String(cols.length + 3) },
@@ -156,6 +162,30 @@ export function renderGrid(table, plan, selected, onSelect) {
   };
 }
 
+/** What each sharding method keeps whole and what it splits, for the layout tooltips (in words, not identifiers). */
+const METHOD_WORDS = {
+  single: 'one GPU holds the weights, gradients and optimizer states',
+  ddp: 'PyTorch DDP: every GPU holds a full copy of the weights, gradients and optimizer states',
+  zero1: 'DeepSpeed ZeRO-1: optimizer states sharded',
+  zero2: 'DeepSpeed ZeRO-2: optimizer states and gradients sharded',
+  zero3: 'DeepSpeed ZeRO-3: weights, gradients and optimizer states sharded',
+  fsdp_full_shard: 'PyTorch FSDP FULL_SHARD: weights, gradients and optimizer states sharded (as ZeRO-3)',
+  fsdp_shard_grad_op: 'PyTorch FSDP SHARD_GRAD_OP: gradients and optimizer states sharded (as ZeRO-2)',
+};
+
+/** A layout in words: "zero2 + cpu optimizer offload: DeepSpeed ZeRO-2: ... over 8 GPUs; optimizer states in CPU RAM". */
+export function layoutWords(c) {
+  const parts = [];
+  const method = METHOD_WORDS[c.method];
+  if (method) parts.push(c.method === 'single' || c.method === 'ddp' || c.dp <= 1 ? method : `${method} over ${c.dp} data-parallel GPUs`);
+  if (c.tp > 1) parts.push(`tensor parallel over ${c.tp} GPUs (each layer's matrices split)`);
+  if (c.pp > 1) parts.push(`pipeline parallel over ${c.pp} GPUs (the layers split into stages)`);
+  if (!method && c.dp > 1) parts.push(`${c.dp} data-parallel replicas`);
+  if (c.offload_optimizer) parts.push('optimizer states in CPU RAM');
+  if (c.offload_params) parts.push('weights in CPU RAM');
+  return parts.length ? `${c.label}: ${parts.join('; ')}` : c.label;
+}
+
 /** Layout names that wrap between words but never inside a degree ("tp 2" stays whole). */
 const layoutName = (label) => label.replace(/\b(tp|dp|pp) (\d+)/g, '$1\u00a0$2');
 
@@ -181,7 +211,7 @@ export function renderDetail(el, result, ctx) {
   const scale = Math.max(cap, pg.device_total_bytes) * 1.02;
   const pct = (b) => `${((100 * b) / scale).toFixed(3)}%`;
   const parts = pg.breakdown.filter((c) => c.bytes > 0);
-  const title = selected ? `${selected.label} · micro-batch ${selected.mbs} · per GPU` : `Per GPU (${ctx.gpus > 1 ? `tensor parallel ${ctx.gpus}` : 'one GPU'})`;
+  const title = selected ? `${selected.label} · micro-batch ${selected.mbs} · per GPU` : `Per GPU (${ctx.gpus > 1 ? `of ${ctx.gpus}` : 'one GPU'})`;
   const cls = fitClass(pg.device_total_bytes, cap, result.plan?.budget_bytes ?? cap);
   el.replaceChildren(...[
     h('h3', { id: 'detail-title' }, title),
@@ -203,7 +233,8 @@ export function renderDetail(el, result, ctx) {
         h('td', { class: 'formula' }, c.formula))))),
     h('p', { class: 'phase' }, `Peak during ${estimate.peak_phase}${pg.allocated_method ? ` (allocated figure: ${pg.allocated_method})` : ''}. `,
       estimate.phases.map((p) => `${p.phase} ${gib(p.allocated_bytes)}`).join(' · ')),
-    estimate.notes.length ? h('ul', { class: 'notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
+    // a serving answer lists its notes beside the answer already
+    estimate.notes.length && !estimate.inference ? h('ul', { class: 'notes' }, estimate.notes.map((n) => h('li', {}, n))) : null,
   ].filter(Boolean));
 }
 

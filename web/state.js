@@ -147,7 +147,9 @@ function formRequest(s, model) {
   }
   if (s.task === 'inference') {
     r.inference = { batch_size: s.ibatch, context_length: s.ictx, kv_cache_dtype: s.kv };
-    if (s.gpus > 1) r.parallelism = { ...r.parallelism, method: 'tp', tp: s.gpus };
+    // "tp" with no degree: the core takes the largest TP that divides the heads and the GPUs and
+    // runs the rest as replicas (3 GPUs, 32 heads: 3 replicas), and says so in a note.
+    if (s.gpus > 1) r.parallelism = { ...r.parallelism, method: 'tp' };
     delete r.gradient_accumulation_steps;
   }
   return r;

@@ -222,3 +222,99 @@ test('phone: the answer is pinned while the form is in view; layout names are wh
   assert.ok(overflow <= 0);
   await context.close();
 });
+
+test('serving on 3 or 64 GPUs: tensor parallel as far as the heads allow, replicas for the rest, said beside the answer', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=inference&gpus=3');
+  await waitText(page, '#recommendation', /^Serving on 3 × /);
+  assert.ok(await page.locator('#error').isHidden());
+  assert.match(await text(page, '#recommendation'), /Fits — /);
+  assert.match(await text(page, '#serving-notes'), /3 GPUs run as tp 1 x 3 data-parallel replicas/);
+  assert.equal(await page.locator('#detail .notes').count(), 0, 'the notes are not repeated under the breakdown');
+  assert.doesNotMatch(await text(page, '#detail-title'), /tensor parallel 3/);
+  await screenshot(page, 'serve-3-gpus');
+  const before = await computed(page);
+  await page.fill('#gpus', '64');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, before);
+  assert.match(await text(page, '#serving-notes'), /64 GPUs run as tp 32 x 2 data-parallel replicas/);
+  assert.doesNotMatch(await text(page, '#results'), /\bnull\b|undefined|NaN/);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test('FlashAttention-2 on a GPU older than Ampere: the message sits at the Attention control and says what to pick', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=qlora&gpu=T4-16GB&attn=flash_attention_2');
+  await page.waitForSelector('#attn[aria-invalid="true"]');
+  assert.match(await text(page, '#msg-attn'), /^FlashAttention-2 needs an Ampere or newer GPU .*T4.*set Attention to SDPA/);
+  assert.match(await text(page, '#error'), /set Attention to SDPA/);
+  // the message under Attention leaves the control beside it (Gradient accumulation) its height
+  const heights = await page.evaluate(() => ['#gas', '#seq'].map((s) => document.querySelector(s).getBoundingClientRect().height));
+  assert.equal(heights[0], heights[1], heights.join());
+  await screenshot(page, 'flash-attention-t4');
+  const before = await computed(page);
+  await page.selectOption('#attn', 'sdpa');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed || 0) > b, before || 0);
+  assert.match(await text(page, '#recommendation'), /^Training on 1 × NVIDIA T4 16GB|^Recommended for training/);
+  assert.ok(await page.locator('#error').isHidden());
+  assert.equal(await page.locator('#attn[aria-invalid]').count(), 0);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test('bf16 on a GPU without it (V100): the answer stands, and the Precision control says it runs emulated and slow', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=lora&gpu=V100-32GB&precision=amp_bf16');
+  await waitText(page, '#msg-precision', /V100 SXM2 32GB has no native bf16: PyTorch emulates it \(same memory, much slower\)/);
+  assert.ok(await page.locator('#recommendation').isVisible());
+  assert.equal(await page.locator('#precision[aria-invalid]').count(), 0, 'a warning, not an error');
+  await screenshot(page, 'bf16-on-v100');
+  const before = await computed(page);
+  await page.selectOption('#precision', 'amp_fp16');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, before);
+  assert.equal(await page.locator('#msg-precision').count(), 0);
+  await page.selectOption('#precision', 'amp_bf16');
+  await waitText(page, '#msg-precision', /no native bf16/);
+  const again = await computed(page);
+  await page.selectOption('#gpu', 'A100-80GB');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, again);
+  assert.equal(await page.inputValue('#precision'), 'amp_bf16');
+  assert.equal(await page.locator('#msg-precision').count(), 0, 'the A100 has bf16');
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
+test('a recommended micro-batch between the grid\'s columns (6 between 4 and 8) is marked on its row\'s Max cell', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&gpus=8');
+  const reco = await page.evaluate(() => window.memfit.result.plan.recommendation);
+  const columns = await page.locator('#grid thead th').allInnerTexts();
+  assert.ok(!columns.includes(String(reco.max_micro_batch)), `this setup's recommendation (${reco.max_micro_batch}) is between columns: ${columns}`);
+  const marked = page.locator('#grid td.selected');
+  assert.equal(await marked.count(), 1);
+  assert.equal(await marked.innerText(), String(reco.max_micro_batch));
+  assert.equal(await marked.evaluate((td) => td.closest('tr').querySelector('th').dataset.label), reco.label);
+  await context.close();
+});
+
+test('layout names say in words what they shard, split and offload (tooltips on the grid rows and the answer)', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&gpus=8');
+  const title = (label) => page.locator(`#grid th[data-label="${label}"]`).getAttribute('title');
+  assert.equal(await title('zero2 + cpu optimizer offload'),
+    'zero2 + cpu optimizer offload: DeepSpeed ZeRO-2: optimizer states and gradients sharded over 8 data-parallel GPUs; optimizer states in CPU RAM');
+  assert.match(await title('fsdp_full_shard x tp 2'), /^fsdp_full_shard x tp 2: PyTorch FSDP FULL_SHARD: .* over 4 data-parallel GPUs; tensor parallel over 2 GPUs/);
+  assert.match(await title('pp 4 x dp 2'), /pipeline parallel over 4 GPUs .*; 2 data-parallel replicas$/);
+  assert.match(await title('ddp'), /^ddp: PyTorch DDP: every GPU holds a full copy/);
+  const reco = await page.evaluate(() => window.memfit.result.plan.recommendation.label);
+  assert.equal(await page.locator('#recommendation .headline').getAttribute('title'), await title(reco));
+  await context.close();
+});
+
+test('serving offers no mixed-precision (AMP) recipe: those are for training', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B');
+  const amp = () => page.locator('#precision option[value^="amp_"]').evaluateAll((os) => os.map((o) => o.disabled));
+  assert.deepEqual(await amp(), [false, false]);
+  await page.selectOption('#task', 'inference');
+  await page.waitForFunction(() => document.body.dataset.task === 'inference');
+  assert.deepEqual(await amp(), [true, true]);
+  await page.selectOption('#task', 'lora');
+  await page.waitForFunction(() => document.body.dataset.task === 'lora');
+  assert.deepEqual(await amp(), [false, false]);
+  await context.close();
+});
