@@ -57,6 +57,25 @@ std::map<std::string, std::pair<json, std::vector<std::int64_t>>> traced_cases()
   return out;
 }
 
+/// The traced cases step_setup covers, each with its real trace and the schedule's trace (and the
+/// names of its allocations), whose name contains `pick` (all when null): what the diagnostics read.
+struct CoveredTrace {
+  std::string name;
+  const std::vector<std::int64_t>& real;
+  std::vector<std::int64_t> schedule;
+  std::vector<std::string> names;
+};
+template <class Visit> void for_each_covered_trace(const char* pick, Visit&& visit) {
+  for (const auto& [name, c] : traced_cases()) {
+    if (pick && name.find(pick) == std::string::npos) continue;
+    const auto s = sched::step_setup(request_of(c.first));
+    if (!s) continue;
+    CoveredTrace t{name, c.second, {}, {}};
+    t.schedule = sched::step_trace(*s, &t.names);
+    visit(t);
+  }
+}
+
 /// The trace without its allocations of at most `bytes` (and their frees): the scalars (losses,
 /// AdamW step counters, flags), for the allocator's sensitivity to tensors of a single block.
 std::vector<std::int64_t> without_small(const std::vector<std::int64_t>& trace, std::int64_t bytes) {
@@ -453,14 +472,10 @@ TEST_CASE("the periodic shortcut gives the full simulation's stats and segments,
 // and the blocks live at that peak by size.
 TEST_CASE("[.alloc9-diag] where the small pools of the real trace and the schedule part", "[.alloc9-diag]") {
   const char* pick = std::getenv("MEMFIT_ALLOC9_CASE");
-  for (const auto& [name, c] : traced_cases()) {
-    if (pick && name.find(pick) == std::string::npos) continue;
-    const auto s = sched::step_setup(request_of(c.first));
-    if (!s) continue;
-    std::vector<std::string> names;
-    const std::vector<std::int64_t> st = sched::step_trace(*s, &names);
-    const SmallPool real = small_pool(c.second, {}), mine = small_pool(st, names);
-    if (!pick && real.segments == mine.segments) continue;
+  for_each_covered_trace(pick, [&](const CoveredTrace& t) {
+    const std::string& name = t.name;
+    const SmallPool real = small_pool(t.real, {}), mine = small_pool(t.schedule, t.names);
+    if (!pick && real.segments == mine.segments) return;
     std::printf("## %s\n", name.c_str());
     for (const auto& [label, p] : {std::pair<const char*, const SmallPool*>{"real trace", &real},
                                    std::pair<const char*, const SmallPool*>{"schedule", &mine}}) {
@@ -482,7 +497,7 @@ TEST_CASE("[.alloc9-diag] where the small pools of the real trace and the schedu
     for (const auto& [size, n] : by_size)
       if (n.first != n.second) std::printf(" %llu: %d / %d;", static_cast<unsigned long long>(size), n.first, n.second);
     std::printf("\n");
-  }
+  });
 }
 
 // For scripts: every covered traced case's real trace and the schedule's (with the names of its
@@ -491,13 +506,9 @@ TEST_CASE("[.alloc9-dump] the traces of the covered traced cases as JSON lines",
   const char* path = std::getenv("MEMFIT_ALLOC9_DUMP");
   REQUIRE(path);
   std::ofstream out(path);
-  for (const auto& [name, c] : traced_cases()) {
-    const auto s = sched::step_setup(request_of(c.first));
-    if (!s) continue;
-    std::vector<std::string> names;
-    const std::vector<std::int64_t> st = sched::step_trace(*s, &names);
-    out << json{{"name", name}, {"real", c.second}, {"sched", st}, {"names", names}}.dump() << "\n";
-  }
+  for_each_covered_trace(nullptr, [&](const CoveredTrace& t) {
+    out << json{{"name", t.name}, {"real", t.real}, {"sched", t.schedule}, {"names", t.names}}.dump() << "\n";
+  });
 }
 
 namespace {
@@ -543,13 +554,12 @@ std::vector<SmallAlloc> small_allocs(const std::vector<std::int64_t>& trace, con
 TEST_CASE("[.alloc9-missing] the small allocations of a real trace with no list entry", "[.alloc9-missing]") {
   const char* pick = std::getenv("MEMFIT_ALLOC9_CASE");
   const bool extra = std::getenv("MEMFIT_ALLOC9_EXTRA") != nullptr;
-  for (const auto& [name, c] : traced_cases()) {
-    if (pick && name.find(pick) == std::string::npos) continue;
-    const auto s = sched::step_setup(request_of(c.first));
-    if (!s) continue;
-    std::vector<std::string> names;
-    const std::vector<std::int64_t> st = sched::step_trace(*s, &names);
-    const std::vector<SmallAlloc> real = small_allocs(c.second, {}), mine = small_allocs(st, names);
+  bool shown = false;
+  for_each_covered_trace(pick, [&](const CoveredTrace& t) {
+    if (shown && !pick) return;  // default: the first covered case only
+    shown = true;
+    const std::string& name = t.name;
+    const std::vector<SmallAlloc> real = small_allocs(t.real, {}), mine = small_allocs(t.schedule, t.names);
     const size_t n = real.size(), m = mine.size();
     std::vector<std::vector<std::uint16_t>> lcs(n + 1, std::vector<std::uint16_t>(m + 1, 0));
     for (size_t i = n; i-- > 0;)
@@ -585,6 +595,5 @@ TEST_CASE("[.alloc9-missing] the small allocations of a real trace with no list 
       if (matched_by[j] < 0)
         std::printf("  schedule #%zu %lld B %s lives %lld (no real counterpart)\n", j, static_cast<long long>(mine[j].bytes),
                     mine[j].name.c_str(), static_cast<long long>(mine[j].lives));
-    if (!pick) break;
-  }
+  });
 }
