@@ -1,5 +1,6 @@
 // The estimate: components add up, the timeline picks the right phase, sanity facts hold, and
 // hand-worked examples pin each component.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -155,6 +156,24 @@ TEST_CASE("bitsandbytes 8-bit states: tensors under 4096 elements stay fp32", "[
   j["optimizer"] = "adamw_8bit";
   const u64 tensors = 32 * 2 * 2, elems = 4096;
   CHECK(part(run(j), "optimizer_states") == tensors * 2 * (elems + 4 * (elems / 256)) + 2 * 1024);
+}
+
+TEST_CASE("inference: the longest context stops at the model's max_position_embeddings, with a note", "[estimate][inference]") {
+  // Llama-3.1-8B (131,072 positions) at batch 1 on an 80 GB GPU: memory alone would allow more
+  json j = {{"model", {{"id", "meta-llama/Llama-3.1-8B"}}}, {"task", "inference"}, {"precision", "bf16"},
+            {"inference", {{"batch_size", 1}, {"context_length", 4096}}}, {"gpu", {{"name", "H100-SXM-80GB"}}}};
+  const auto noted = [](const Estimate& e) {
+    return std::any_of(e.notes.begin(), e.notes.end(), [](const std::string& n) { return n.find("max_position_embeddings") != std::string::npos; });
+  };
+  const Estimate e = run(j);
+  CHECK(e.inference.max_context_at_batch == 131'072);
+  CHECK(noted(e));
+  // at batch 16 memory runs out first: a context that fits, below the cap, and no note
+  j["inference"]["batch_size"] = 16;
+  const Estimate b16 = run(j);
+  CHECK(b16.inference.max_context_at_batch < 131'072);
+  CHECK(b16.inference.max_context_at_batch > 4096);
+  CHECK_FALSE(noted(b16));
 }
 
 TEST_CASE("inference: KV cache with GQA, sliding windows and the largest batch that fits", "[estimate][inference]") {

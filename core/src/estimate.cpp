@@ -1211,7 +1211,14 @@ Estimate estimate_from(const Request& r, AllocatedFrom from) {
       return summarise(r, p.moments, 0, p.nccl).device_total_bytes;
     };
     e.inference.max_batch_at_context = largest_fitting(u64{1} << 20, [&](u64 x) { return total(x, ctx) <= mem; });
-    e.inference.max_context_at_batch = largest_fitting(u64{1} << 24, [&](u64 x) { return total(b, x) <= mem; });
+    // A context past the model's max_position_embeddings is past what it was trained for and what
+    // a serving engine accepts as max_model_len: the search stops there, and a note says so.
+    const u64 positions = r.model.max_positions;
+    e.inference.max_context_at_batch =
+        largest_fitting(positions ? positions : u64{1} << 24, [&](u64 x) { return total(b, x) <= mem; });
+    if (positions && e.inference.max_context_at_batch == positions)
+      e.notes.push_back("longest context: the model's max_position_embeddings (" + std::to_string(positions) +
+                        ") is reached before the memory is used up");
     if (r.model.attention == AttentionKind::MultiLatent)
       e.notes.push_back(r.inference.expanded_mla_cache ? "KV cache as Transformers stores MLA: per-head keys and values"
                                                        : "KV cache as serving engines store MLA: the compressed latent + rope key");
