@@ -74,10 +74,16 @@ function renderGrid(rows, target) {
   table.append(body);
 }
 
-function renderSummary(s, controls) {
+// The GPU the panel sized, as the main form names it (a custom GPU by its memory).
+function gpuLabel(base) {
+  if (base.gpu.name) return $('gpu')?.selectedOptions?.[0]?.textContent?.trim() || base.gpu.name;
+  return `a ${base.gpu.memory_gib} GiB GPU`;
+}
+
+function renderSummary(s, controls, base) {
   const p = $('serve-summary');
   const lines = [
-    `${s.engine_profile}: model weights ${(s.weights_bytes / GIB).toFixed(2)} GiB per GPU, KV cache ${(s.kv_cache_bytes / GIB).toFixed(2)} GiB`,
+    `${s.engine_profile} on ${gpuLabel(base)}: model weights ${(s.weights_bytes / GIB).toFixed(2)} GiB per GPU, KV cache ${(s.kv_cache_bytes / GIB).toFixed(2)} GiB`,
     `GPU KV cache size: ${s.kv_cache_tokens.toLocaleString('en-US')} tokens; maximum concurrency for ${controls.context.toLocaleString('en-US')} tokens per request: ${s.max_concurrency.toFixed(2)}x`,
     s.fits ? `${controls.concurrency} concurrent ${controls.context.toLocaleString('en-US')}-token requests ${fitsCell(s, controls.context, controls.concurrency) ? 'fit' : 'do not all fit at once'}.`
       : `One ${controls.context.toLocaleString('en-US')}-token request does not fit (${(s.shortfall_bytes / GIB).toFixed(2)} GiB short)` +
@@ -113,7 +119,7 @@ export async function startServePanel(apiPromise = loadMemfit()) {
       $('serve-error').textContent = err ? err.error : '';
       renderGrid(rows, controls);
       try {
-        renderSummary(api.estimate(serveRequest(base, controls, controls.context)).serving, controls);
+        renderSummary(api.estimate(serveRequest(base, controls, controls.context)).serving, controls, base);
       } catch (e) {
         $('serve-summary').replaceChildren(el('p', {}, e.message));
       }

@@ -35,6 +35,13 @@ test('the Serve panel shows which contexts and concurrencies fit, and reacts to 
   assert.equal(await page.locator('#serve-util').inputValue(), '0.88');
   await page.waitForFunction(() => /SGLang/.test(document.querySelector('#serve-summary').textContent));
   await screenshot(page.locator('#serve-card').page(), 'serve-panel');
+  // the summary names the GPU it sized, and follows the main form's GPU
+  const gpu = await page.locator('#gpu option:checked').innerText();
+  assert.ok((await page.locator('#serve-summary').innerText()).includes(` on ${gpu.trim()}:`));
+  const other = await page.locator('#gpu option').evaluateAll((os, now) => os.find((o) => o.value !== 'custom' && o.textContent.trim() !== now.trim())?.value, gpu);
+  await page.locator('#gpu').selectOption(other);
+  const otherName = (await page.locator('#gpu option:checked').innerText()).trim();
+  await page.waitForFunction((n) => document.querySelector('#serve-summary').textContent.includes(` on ${n}:`), otherName);
   assert.deepEqual(errors, []);
   await env.context.close();
 });
