@@ -113,7 +113,7 @@ export function renderGrid(table, plan, selected, onSelect) {
   const cols = gridColumns(plan);
   const head = h('tr', {}, h('th', { scope: 'col', class: 'layout' }, 'Layout'),
     cols.map(({ b }) => h('th', { scope: 'col' }, `${b}`)), h('th', { scope: 'col' }, 'Max'), h('th', { scope: 'col' }, 'Tokens/s'));
-  const rows = plan.candidates.map((c, r) => h('tr', {},
+  const rows = plan.candidates.map((c, r) => h('tr', selected && selected.label === c.label ? { class: 'has-selected' } : {},
     h('th', { scope: 'row', class: 'layout', title: layoutWords(c), 'data-label': c.label }, layoutName(c.label)),
     cols.map(({ b, i }) => {
       const bytes = c.grid_device_bytes[i];
@@ -130,9 +130,12 @@ export function renderGrid(table, plan, selected, onSelect) {
       ? { class: 'num selected max', title: `micro-batch ${selected.mbs}: the largest that fits, between the grid's columns` }
       : { class: 'num' }, c.max_micro_batch ? String(c.max_micro_batch) : '–'),
     h('td', { class: 'num' }, c.fits ? num(c.tokens_per_s) : '–')));
-  // The embed shows the first 6 rows (style.css): say how many more the full calculator has.
-  const more = rows.length > 6 ? h('tfoot', { class: 'more' }, h('tr', {}, h('td', { colspan: String(cols.length + 3) },
-    `+ ${rows.length - 6} more layouts in the full calculator (Open in memfit ↗)`))) : null;
+  // The embed shows the first 6 rows and the selected layout's (style.css): say how many more the
+  // full calculator has.
+  const selectedBelow = plan.candidates.findIndex((c) => selected && selected.label === c.label) >= 6 ? 1 : 0;
+  const hidden = rows.length - 6 - selectedBelow;
+  const more = hidden > 0 ? h('tfoot', { class: 'more' }, h('tr', {}, h('td', { colspan: String(cols.length + 3) },
+    `+ ${hidden} more layouts in the full calculator (Open in memfit ↗)`))) : null;
   table.replaceChildren(...[h('caption', { class: 'visually-hidden' }, 'GiB per GPU for each layout (rows) and micro-batch (columns)'),
     h('thead', {}, head), h('tbody', {}, rows), more].filter(Boolean));
   const cells = [...table.querySelectorAll('td.cell')];

@@ -250,8 +250,14 @@ test('embed mode: a compact calculator for a fixed model', async () => {
   const hashed = await fresh({ viewport: { width: 720, height: 900 } }, `${session.server.url}#embed=1&model=meta-llama/Llama-3.1-70B&gpus=16&gpu=H100-80GB`);
   assert.ok(await hashed.page.locator('.model-card').isHidden());
   assert.equal(await hashed.page.inputValue('#gpu'), 'H100-SXM-80GB', 'a GPU alias becomes the catalog entry');
-  const rows = await hashed.page.evaluate(() => window.memfit.result.plan.candidates.length);
-  assert.match(await text(hashed.page, '#grid tfoot'), new RegExp(`\\+ ${rows - 6} more layouts`));
+  // the recommended layout's row shows even when it is not among the first six
+  const { rows, selectedAt } = await hashed.page.evaluate(() => {
+    const r = window.memfit.result;
+    return { rows: r.plan.candidates.length, selectedAt: r.plan.candidates.findIndex((c) => c.label === r.selected.label) };
+  });
+  assert.ok(selectedAt >= 0);
+  assert.ok(await hashed.page.locator('#grid tbody tr.has-selected td.selected').isVisible());
+  assert.match(await text(hashed.page, '#grid tfoot'), new RegExp(`\\+ ${rows - 6 - (selectedAt >= 6 ? 1 : 0)} more layouts`));
   await screenshot(hashed.page, 'embed-70b-16-gpus');
   await hashed.context.close();
 });
