@@ -256,11 +256,18 @@ function context(request, model) {
     ibatch: state.ibatch, ictx: state.ictx, url: fullUrl() };
 }
 
+/** The message's Hub model pages (huggingface.co/org/name, where a gated model's licence is
+ *  accepted) as links. */
+function withHubLinks(message) {
+  return message.split(/(huggingface\.co\/[\w.-]+\/[\w.-]*[\w-])/).map((part, i) => (i % 2
+    ? h('a', { href: `https://${part}`, target: '_blank', rel: 'noopener' }, part) : part));
+}
+
 /** Shows an error (or clears it with null). The last valid result stays, marked as stale. */
 function showError(message, { stale = true } = {}) {
   const el = $('error');
   el.hidden = !message;
-  el.textContent = message ?? '';
+  el.replaceChildren(...(message ? withHubLinks(message) : []));
   const hasResult = !!lastResult && stale;
   $('results').classList.toggle('stale', !!message && hasResult);
   if (message && hasResult) el.append(h('span', { class: 'stale-note' }, ' The results below are for the last valid setup.'));
@@ -270,6 +277,12 @@ function showError(message, { stale = true } = {}) {
     $('recommendation').hidden = true;
   }
   updateSummary(message);
+}
+
+/** The Serve panel (serve.js) sizes the model the main form resolved: a bundled id, or the config
+ *  fetched from the Hub or pasted ({ ref }), or nothing when it did not load ({ failed }). */
+function announceModel(detail) {
+  document.dispatchEvent(new CustomEvent('memfit:model', { detail }));
 }
 
 /** The model could not be resolved: say so next to the field and in the results. */
@@ -283,6 +296,7 @@ function modelFailed(e) {
     $('results').classList.toggle('stale', !!lastResult);
     return;
   }
+  announceModel({ failed: message });
   if (e instanceof hub.HubError && e.kind === 'gated') $('token-box').open = true;
   if (network) $('config-box').open = true; // the way on is to paste or upload the config
   showError(network && !embed
@@ -334,6 +348,7 @@ async function recompute() {
   if (slow) showFieldMessages(form, { ...problems, precision: { warning: slow } });
   $('timing').textContent = result.planMs != null ? `Plan computed in ${Math.round(result.planMs)} ms (in ${core.where}).` : '';
   window.memfit = { result: lastResult, planMs: result.planMs, ms: result.ms };
+  announceModel({ ref: model.ref });
   document.body.dataset.ready = 'true';
   document.body.dataset.computed = String(++computed);
 }

@@ -1,7 +1,7 @@
 // The "Serve" panel (issue 11): which context lengths and how many concurrent requests a
 // serving engine (vLLM, SGLang) fits on the selected GPUs. Self-contained: its own controls and
-// its own instance of the core (task "serve"); it reads only the model id and the GPU from the
-// main form (#model, #gpu, #mem, #gpus) and never writes to it.
+// its own instance of the core (task "serve"); it reads only the model (the main form's resolved
+// model, see mainModel) and the GPU from the main form (#model, #gpu, #mem) and never writes to it.
 import { loadMemfit } from './memfit-api.mjs';
 
 const CONTEXTS = [2048, 4096, 8192, 16384, 32768, 65536, 131072];
@@ -40,11 +40,25 @@ function readControls() {
   };
 }
 
+// The main form's model as the core reads it: a bundled id, or the config fetched from the Hub or
+// pasted (app.js announces each resolved model with a 'memfit:model' event; { failed } when it did
+// not load). Before the first announcement, the field's id.
+let mainModel = null;
+if (typeof document !== 'undefined') document.addEventListener('memfit:model', (e) => { mainModel = e.detail; });
+
 function readBase() {
   const id = $('model')?.value?.trim();
   const gpuName = $('gpu')?.value;
   const gpu = gpuName === 'custom' ? { memory_gib: Number($('mem')?.value) || 80 } : { name: gpuName || 'H100' };
-  return { model: { id: id || 'meta-llama/Llama-3.1-8B' }, gpu };
+  if (mainModel?.failed) return { model: null, failed: mainModel.failed, gpu, id };
+  return { model: mainModel?.ref ?? { id: id || 'meta-llama/Llama-3.1-8B' }, gpu, id };
+}
+
+/** The main form's model did not load: no figures (a grid of ✗ would read as "nothing fits"). */
+function renderWaiting(base) {
+  $('serve-error').hidden = true;
+  $('serve-grid').replaceChildren();
+  $('serve-summary').replaceChildren(el('p', {}, `The serving figures wait for the model above: ${base.failed}`));
 }
 
 const el = (tag, attrs = {}, ...kids) => {
@@ -107,6 +121,12 @@ export async function startServePanel(apiPromise = loadMemfit()) {
       if (ticket !== pending) return;
       const controls = readControls();
       const base = readBase();
+      if (!base.model) {
+        renderWaiting(base);
+        card.dataset.model = base.id ?? '';
+        card.dataset.ready = '1';
+        return;
+      }
       const rows = CONTEXTS.map((context) => {
         try {
           return { context, serving: api.estimate(serveRequest(base, controls, context)).serving };
@@ -123,7 +143,7 @@ export async function startServePanel(apiPromise = loadMemfit()) {
       } catch (e) {
         $('serve-summary').replaceChildren(el('p', {}, e.message));
       }
-      card.dataset.model = base.model.id;
+      card.dataset.model = base.id ?? '';
       card.dataset.ready = '1';
     });
   };

@@ -131,11 +131,20 @@ test('a gated model answering 401 explains the licence and the token; the token 
   assert.match(message, /Accept its licence on huggingface\.co\/meta-llama\/Llama-3\.1-70B-Instruct/);
   assert.match(message, /Hub token/);
   assert.ok(await page.locator('#error').isVisible());
+  // the model page where the licence is accepted is a link
+  assert.equal(await page.locator('#error a').first().getAttribute('href'), 'https://huggingface.co/meta-llama/Llama-3.1-70B-Instruct');
+  // the Serve panel waits for the model instead of showing a grid of ✗ (which reads as "nothing fits")
+  await page.waitForFunction(() => /wait for the model above/.test(document.querySelector('#serve-summary').textContent));
+  assert.equal(await page.locator('#serve-grid td').count(), 0);
   await screenshot(page, 'desktop-gated');
   assert.ok(await page.locator('#hf-token').isVisible(), 'a gated answer opens the token field');
   await page.fill('#hf-token', TOKEN);
   await page.locator('#hf-token').press('Tab'); // change event
   await waitStatus(page, /From huggingface\.co · llama · 70\.55B parameters/);
+  // ... and sizes the config fetched from the Hub once it loads (not bundled: no id would do)
+  await page.waitForFunction(() => /model weights/.test(document.querySelector('#serve-summary').textContent));
+  assert.ok(await page.locator('#serve-error').isHidden());
+  assert.equal(await page.locator('#serve-grid td').count(), 63);  // 70B in bf16 fits no context on one 80 GB GPU
   assert.equal(await page.evaluate(() => sessionStorage.getItem('memfit.hfToken')), TOKEN);
   assert.ok(hubRequests.some((r) => r.headers.authorization === `Bearer ${TOKEN}`));
   assert.ok(!page.url().includes(TOKEN), 'the token must not be in the URL');
