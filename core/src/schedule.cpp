@@ -783,36 +783,28 @@ std::pair<size_t, u64> run_pattern(const std::vector<LayerRun>& runs) {
   return {runs.size(), 1};
 }
 
-/// Everything a run allocates, in order.
-void run(Sink& sink, const StepSetup& s) {
-  const StepLists lists = step_lists(s);
-  const OpList &emb_l = lists.embedding, &head_l = lists.head;
-  const Resolved emb = resolve(s, emb_l), head = resolve(s, head_l);
-  std::vector<ResolvedLayers> store;
-  std::vector<LayerRun> runs = layer_runs(s, lists, store);
+/// Whether a layer returns a tensor besides its output under checkpointing (an entry that dies
+/// after the next layer).
+bool layers_return_tensor(const StepSetup& s, const std::vector<LayerRun>& runs) {
   bool returns_tensor = false;
   for (const LayerRun& lr : runs)
     returns_tensor = returns_tensor || (s.checkpointing && std::any_of(lr.layers->r.ops->begin(), lr.layers->r.ops->end(),
                                                                        [](const TensorOp& t) { return t.dies_after == "next_layer"; }));
-  // the peak sink runs a repeated pattern of runs once and extrapolates it (its per-run states sit
-  // in slot 0 anyway); the trace sink walks every run
-  // (two named values, not a structured binding: the lambdas below capture them, which Debian's
-  // Emscripten clang does not allow for bindings)
-  const std::pair<size_t, u64> pattern_of = sink.tracing() || returns_tensor ? std::pair<size_t, u64>{runs.size(), 1} : run_pattern(runs);
-  const size_t period = pattern_of.first;
-  const u64 reps = pattern_of.second;
-  auto each_run = [&](bool reverse, const std::function<void(LayerRun&)>& f) {
-    auto pattern = [&](u64) {
-      for (size_t j = 0; j < period; ++j) f(runs[reverse ? period - 1 - j : j]);
-    };
-    if (reps == 1) pattern(0);
-    else sink.repeat(reps, pattern);
-  };
+  return returns_tensor;
+}
+
+/// The entry of the head list whose weight is the embedding's [V, h] shape.
+size_t tied_head_entry(const StepSetup& s, const OpList& head_l, const Resolved& head) {
   // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
   size_t tied_head = kKeep;
   for (size_t i = 0; i < head_l.size(); ++i)
     if (!head_l[i].weight.empty && head.at[i].weight_bytes == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
-  const std::vector<ParamTensor> op = outer_params(s);
+  return tied_head;
+}
+
+/// The decoder's layer parameters grouped for module order: consecutive runs with the same
+/// parameters form one group.
+std::vector<std::pair<u64, const std::vector<ParamTensor>*>> module_layer_groups(const std::vector<LayerRun>& runs) {
   // parameters in module order: the embeddings, the layers (adapters after each layer's own), the
   // final norm and the head (the optimizer walks them in the same order); the LoRA first layer
   // has the same parameters as the others of its group
@@ -826,118 +818,221 @@ void run(Sink& sink, const StepSetup& s) {
     else
       module_layers.push_back({lr.count, &ps});
   }
-  const size_t lead = std::min(s.leading_outer, op.size());
-  for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, kParameter);
-  for (const auto& group : module_layers) {
+  return module_layers;
+}
+
+/// What the passes of a run share: the lists resolved, the decoder's runs and the pattern they are
+/// walked in, the parameters, and the outer weight gradients alive until zero_grad. Its resolved
+/// lists point into its own `lists` and `store`, so it is neither copied nor moved.
+struct StepRun {
+  StepRun(Sink& sk, const StepSetup& st) : sink(sk), s(st), lists(step_lists(st)) {}
+  StepRun(const StepRun&) = delete;
+  StepRun& operator=(const StepRun&) = delete;
+
+  Sink& sink;
+  const StepSetup& s;
+  const StepLists lists;
+  Resolved emb, head;
+  std::vector<ResolvedLayers> store;  ///< the layer lists, resolved once per kind of group
+  std::vector<LayerRun> runs;
+  bool returns_tensor = false;  ///< layers_return_tensor
+  size_t period = 0;            ///< the runs walked once per repetition of the pattern
+  u64 reps = 1;                 ///< the repetitions of the pattern
+  size_t tied_head = kKeep;     ///< tied_head_entry
+  std::vector<ParamTensor> op;  ///< the outer parameters (embeddings, final norm, head)
+  std::vector<std::pair<u64, const std::vector<ParamTensor>*>> module_layers;  ///< module_layer_groups
+  size_t lead = 0;              ///< the outer parameters that come before the layers
+  std::vector<int> outer_grads;  ///< the outer parameters' .grad
+};
+
+/// Resolves the run's lists, finds the decoder's runs and the pattern they are walked in, and
+/// its parameters in module order.
+void resolve_step(StepRun& st) {
+  const StepSetup& s = st.s;
+  st.emb = resolve(s, st.lists.embedding), st.head = resolve(s, st.lists.head);
+  st.runs = layer_runs(s, st.lists, st.store);
+  st.returns_tensor = layers_return_tensor(s, st.runs);
+  // the peak sink runs a repeated pattern of runs once and extrapolates it (its per-run states sit
+  // in slot 0 anyway); the trace sink walks every run
+  // (two named values, not a structured binding: the lambdas below capture them, which Debian's
+  // Emscripten clang does not allow for bindings)
+  const std::pair<size_t, u64> pattern_of = st.sink.tracing() || st.returns_tensor ? std::pair<size_t, u64>{st.runs.size(), 1} : run_pattern(st.runs);
+  st.period = pattern_of.first;
+  st.reps = pattern_of.second;
+  st.tied_head = tied_head_entry(s, st.lists.head, st.head);
+  st.op = outer_params(s);
+  st.module_layers = module_layer_groups(st.runs);
+  st.lead = std::min(s.leading_outer, st.op.size());
+}
+
+/// Calls `f` on each run of the decoder (last first for the backward), the pattern `reps` times.
+void each_run(StepRun& st, bool reverse, const std::function<void(LayerRun&)>& f) {
+  auto pattern = [&](u64) {
+    for (size_t j = 0; j < st.period; ++j) f(st.runs[reverse ? st.period - 1 - j : j]);
+  };
+  if (st.reps == 1) pattern(0);
+  else st.sink.repeat(st.reps, pattern);
+}
+
+/// The parameters, in module order: the leading outer ones, each group's layers, the rest.
+void allocate_parameters(StepRun& st) {
+  Sink& sink = st.sink;
+  for (size_t i = 0; i < st.lead; ++i) sink.alloc(st.op[i].bytes, kParameter);
+  for (const auto& group : st.module_layers) {
     const std::vector<ParamTensor>& ps = *group.second;
     sink.repeat(group.first, [&](u64) { for (const ParamTensor& t : ps) sink.alloc(t.bytes, kParameter); });
   }
-  for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, kParameter);
-  std::vector<int> outer_grads;
-  for (u64 step = 0; step < s.steps; ++step) {
-    for (u64 micro = 0; micro < s.accumulation; ++micro) {
-      sink.phase(Phase::Forward);
-      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), kInputIds);
-      if (step == 0 && micro == 0)
-        for (u64 w : s.workspaces) sink.alloc(w, kWorkspace);  // kept by the cuBLAS handle (PyTorch creates them
-                                                                // at the first matmul, a few tensors later)
-      ListState e = forward(sink, emb, -1, false, false);
-      int carried = e.out;
-      // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
-      // lives until the next layer has returned, so the first layer differs from the others
-      int returned = -1;
-      each_run(false, [&](LayerRun& lr) {
-        auto layer_forward = [&](u64 k) {
-          // checkpointing keeps the layer input (the checkpoint's only saved tensor)
-          ListState st = forward(sink, lr.layers->r, carried, s.checkpointing, s.checkpointing);
-          carried = st.out;
-          if (returned >= 0) sink.free(returned);
-          returned = st.returned;
-          lr.states[sink.slot(k)] = std::move(st);
-        };
-        if (returns_tensor && returned < 0) {  // nothing to free before this run's first layer
-          layer_forward(0);
-          sink.repeat(lr.count - 1, [&](u64 k) { layer_forward(k + 1); });
-        } else {
-          sink.repeat(lr.count, layer_forward);
-        }
-      });
+  for (size_t i = st.lead; i < st.op.size(); ++i) sink.alloc(st.op[i].bytes, kParameter);
+}
+
+/// The decoder's forward, each layer on the previous one's output `carried`; returns the last
+/// layer's output.
+int layers_forward(StepRun& st, int carried) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
+  // lives until the next layer has returned, so the first layer differs from the others
+  int returned = -1;
+  each_run(st, false, [&](LayerRun& lr) {
+    auto layer_forward = [&](u64 k) {
+      // checkpointing keeps the layer input (the checkpoint's only saved tensor)
+      ListState ls = forward(sink, lr.layers->r, carried, s.checkpointing, s.checkpointing);
+      carried = ls.out;
       if (returned >= 0) sink.free(returned);
-      // tensors the decoder stack shares (the eager causal mask) die when it returns; under
-      // checkpointing each checkpoint keeps those it is given as inputs of its recomputation
-      // until the backward of the stack is over (torch.utils.checkpoint saves its tensor inputs)
-      auto free_shared = [&](bool checkpoint_inputs) {
-        for (size_t i = 0; i < emb_l.size(); ++i)
-          if (emb_l[i].dies_after == "decoder_end" && e.ids[i] >= 0 && (checkpoint_inputs || !emb_l[i].checkpoint_input))
-            sink.free(e.ids[i]), e.ids[i] = -1;
-      };
-      free_shared(!s.checkpointing);
-      ListState h = forward(sink, head, carried, false, false);
-      // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
-      // backward returns (torch/autograd/__init__.py _make_grads)
-      const int seed = sink.alloc(4, Part::LogitsLoss, "loss.grad_seed");
-      const bool tied = s.tied_embeddings && s.layer.full;
-      const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? tied_head : kKeep};
-      sink.phase(Phase::Backward);
-      int grad = backward(sink, head, h, -1, head_wg);
-      if (micro == 0)
-        for (int g : h.weight_grads) outer_grads.push_back(g);
-      each_run(true, [&](LayerRun& lr) {
-        const Resolved& r = lr.layers->r;
-        sink.repeat(lr.count, [&](u64 k) {
-          ListState& st = lr.states[sink.slot(lr.count - 1 - k)];
-          auto recompute = [&] {
-            const int input = st.ids[0];
-            std::vector<int> grads = std::move(st.weight_grads);
-            st = recompute_forward(sink, r, input);
-            st.weight_grads = std::move(grads);
-          };
-          grad = s.checkpointing ? backward(sink, r, st, grad, wg, recompute) : backward(sink, r, st, grad, wg);
-          if (micro == 0) lr.grads[sink.slot(lr.count - 1 - k)] = st.weight_grads;
-        });
-      });
-      free_shared(true);
-      grad = backward(sink, emb, e, grad, wg);
-      for (size_t i = 0; i < emb_l.size(); ++i)  // a leaf its AccumulateGrad held (embedding_leaf_until_backward_end)
-        if (emb_l[i].dies_after == "backward_end" && e.ids[i] >= 0) sink.free(e.ids[i]), e.ids[i] = -1;
-      if (micro == 0)
-        for (int g : e.weight_grads) outer_grads.push_back(g);
-      if (tied && !h.weight_grads.empty()) {
-        // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
-        // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
-        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h]); the sum
-        // becomes the .grad in the first micro-batch and is added into it in a later one
-        const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
-        const int dense = sink.alloc(vh, kDenseEmbedGrad);
-        const int sum = sink.alloc(vh, kTiedGrad);
-        sink.free(dense);
-        if (micro == 0) {
-          sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
-          auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
-          sink.free(*head_grad);
-          *head_grad = sum;
-        } else {
-          sink.free(h.weight_grads.front());
-          sink.free(sum);
-        }
-      }
-      sink.free(grad);
-      sink.free(seed);
-      for (size_t i = 0; i < head_l.size(); ++i)  // what the loop held until its backward ran (the loss)
-        if (head_l[i].dies_after == "backward_end" && h.ids[i] >= 0) sink.free(h.ids[i]);
-      sink.free(ids);
+      returned = ls.returned;
+      lr.states[sink.slot(k)] = std::move(ls);
+    };
+    if (st.returns_tensor && returned < 0) {  // nothing to free before this run's first layer
+      layer_forward(0);
+      sink.repeat(lr.count - 1, [&](u64 k) { layer_forward(k + 1); });
+    } else {
+      sink.repeat(lr.count, layer_forward);
     }
-    sink.phase(Phase::OptimizerStep);
-    optimizer_step(sink, s, op, lead, module_layers, step == 0);
-    // zero_grad(set_to_none=True)
-    for (int g : outer_grads) sink.free(g);
-    outer_grads.clear();
-    each_run(false, [&](LayerRun& lr) {
-      sink.repeat(lr.count, [&](u64 k) {
-        for (int g : lr.grads[sink.slot(k)]) sink.free(g);
-        lr.grads[sink.slot(k)].clear();
-      });
+  });
+  if (returned >= 0) sink.free(returned);
+  return carried;
+}
+
+/// Frees the embedding list's tensors that live until the decoder stack returns.
+void free_shared(StepRun& st, ListState& e, bool checkpoint_inputs) {
+  // tensors the decoder stack shares (the eager causal mask) die when it returns; under
+  // checkpointing each checkpoint keeps those it is given as inputs of its recomputation
+  // until the backward of the stack is over (torch.utils.checkpoint saves its tensor inputs)
+  const OpList& emb_l = st.lists.embedding;
+  for (size_t i = 0; i < emb_l.size(); ++i)
+    if (emb_l[i].dies_after == "decoder_end" && e.ids[i] >= 0 && (checkpoint_inputs || !emb_l[i].checkpoint_input))
+      st.sink.free(e.ids[i]), e.ids[i] = -1;
+}
+
+/// The decoder's backward, last layer first, from the head's input gradient `grad`; returns the
+/// gradient flowing into the embedding list. The first micro-batch keeps each layer's weight
+/// gradients until zero_grad.
+int layers_backward(StepRun& st, int grad, WeightGrads wg, bool first_micro) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  each_run(st, true, [&](LayerRun& lr) {
+    const Resolved& r = lr.layers->r;
+    sink.repeat(lr.count, [&](u64 k) {
+      ListState& ls = lr.states[sink.slot(lr.count - 1 - k)];
+      auto recompute = [&] {
+        const int input = ls.ids[0];
+        std::vector<int> grads = std::move(ls.weight_grads);
+        ls = recompute_forward(sink, r, input);
+        ls.weight_grads = std::move(grads);
+      };
+      grad = s.checkpointing ? backward(sink, r, ls, grad, wg, recompute) : backward(sink, r, ls, grad, wg);
+      if (first_micro) lr.grads[sink.slot(lr.count - 1 - k)] = ls.weight_grads;
     });
+  });
+  return grad;
+}
+
+/// A tied embedding's weight: lm_head's gradient (the head's state `h`) and the embedding's meet.
+void meet_tied_gradients(StepRun& st, const ListState& h, bool first_micro) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
+  // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
+  // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h]); the sum
+  // becomes the .grad in the first micro-batch and is added into it in a later one
+  const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
+  const int dense = sink.alloc(vh, kDenseEmbedGrad);
+  const int sum = sink.alloc(vh, kTiedGrad);
+  sink.free(dense);
+  if (first_micro) {
+    sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
+    auto head_grad = std::find(st.outer_grads.begin(), st.outer_grads.end(), h.weight_grads.front());
+    sink.free(*head_grad);
+    *head_grad = sum;
+  } else {
+    sink.free(h.weight_grads.front());
+    sink.free(sum);
+  }
+}
+
+/// One micro-batch: the batch, the forward of every list, the loss's backward seed, the backward of
+/// every list, and the frees of what lived until the backward's end.
+void micro_batch(StepRun& st, u64 step, u64 micro) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  const OpList &emb_l = st.lists.embedding, &head_l = st.lists.head;
+  sink.phase(Phase::Forward);
+  const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), kInputIds);
+  if (step == 0 && micro == 0)
+    for (u64 w : s.workspaces) sink.alloc(w, kWorkspace);  // kept by the cuBLAS handle (PyTorch creates them
+                                                            // at the first matmul, a few tensors later)
+  ListState e = forward(sink, st.emb, -1, false, false);
+  const int carried = layers_forward(st, e.out);
+  free_shared(st, e, !s.checkpointing);
+  ListState h = forward(sink, st.head, carried, false, false);
+  // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
+  // backward returns (torch/autograd/__init__.py _make_grads)
+  const int seed = sink.alloc(4, Part::LogitsLoss, "loss.grad_seed");
+  const bool tied = s.tied_embeddings && s.layer.full;
+  const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? st.tied_head : kKeep};
+  sink.phase(Phase::Backward);
+  int grad = backward(sink, st.head, h, -1, head_wg);
+  if (micro == 0)
+    for (int g : h.weight_grads) st.outer_grads.push_back(g);
+  grad = layers_backward(st, grad, wg, micro == 0);
+  free_shared(st, e, true);
+  grad = backward(sink, st.emb, e, grad, wg);
+  for (size_t i = 0; i < emb_l.size(); ++i)  // a leaf its AccumulateGrad held (embedding_leaf_until_backward_end)
+    if (emb_l[i].dies_after == "backward_end" && e.ids[i] >= 0) sink.free(e.ids[i]), e.ids[i] = -1;
+  if (micro == 0)
+    for (int g : e.weight_grads) st.outer_grads.push_back(g);
+  if (tied && !h.weight_grads.empty()) meet_tied_gradients(st, h, micro == 0);
+  sink.free(grad);
+  sink.free(seed);
+  for (size_t i = 0; i < head_l.size(); ++i)  // what the loop held until its backward ran (the loss)
+    if (head_l[i].dies_after == "backward_end" && h.ids[i] >= 0) sink.free(h.ids[i]);
+  sink.free(ids);
+}
+
+/// The optimizer's step (its state at the first step), then every weight gradient freed.
+void optimizer_step_and_zero_grad(StepRun& st, u64 step) {
+  Sink& sink = st.sink;
+  sink.phase(Phase::OptimizerStep);
+  optimizer_step(sink, st.s, st.op, st.lead, st.module_layers, step == 0);
+  // zero_grad(set_to_none=True)
+  for (int g : st.outer_grads) sink.free(g);
+  st.outer_grads.clear();
+  each_run(st, false, [&](LayerRun& lr) {
+    sink.repeat(lr.count, [&](u64 k) {
+      for (int g : lr.grads[sink.slot(k)]) sink.free(g);
+      lr.grads[sink.slot(k)].clear();
+    });
+  });
+}
+
+/// Everything a run allocates, in order.
+void run(Sink& sink, const StepSetup& s) {
+  StepRun st(sink, s);
+  resolve_step(st);
+  allocate_parameters(st);
+  for (u64 step = 0; step < s.steps; ++step) {
+    for (u64 micro = 0; micro < s.accumulation; ++micro) micro_batch(st, step, micro);
+    optimizer_step_and_zero_grad(st, step);
   }
 }
 
