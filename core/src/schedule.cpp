@@ -1359,38 +1359,48 @@ std::vector<StepSetup::LayerLinear> group_linears(const Request& r, const LayerG
   return out;
 }
 
-}  // namespace
+/// Whether the request trains with autocast (mixed precision).
+bool autocast(const Request& r) { return r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16; }
 
-std::optional<StepSetup> step_setup(const Request& r) {
+/// Whether LoRA adapts exactly q_proj and v_proj (PEFT's default targets for Llama-like models).
+bool lora_targets_qv(const Request& r) {
+  return !r.lora.all_linear && r.lora.targets.size() == 2 &&
+         std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(), std::vector<std::string>{"q_proj", "v_proj"}.begin());
+}
+
+/// Whether the lists describe the request's kind of run: its family, precision, task, a single
+/// device, AdamW, the model's layers, its attention kernel, runtime and dropouts.
+bool lists_cover_run(const Request& r, const FamilyRow* row) {
   const ModelSpec& m = r.model;
-  const FamilyRow* row = family_row(m.family);
   const bool family = row != nullptr;
-  const bool amp = r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16;
+  const bool amp = autocast(r);
   const bool precision = r.precision == Precision::Fp32 || r.precision == Precision::Bf16 ||
                          r.precision == Precision::Fp16 || amp;
   const bool task = r.task == Task::Full || r.task == Task::Lora;
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
-  if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
-      !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
-        (row->windows_alike && groups_alike(m)) || (row->grouped && groups_described(m, row->rope_and_chunk_groups))) ||
-      (r.attention == AttentionImpl::Eager && !row->eager) ||
-      (r.attention == AttentionImpl::Sdpa && r.device == Device::Cuda && !row->cuda_sdpa) ||
-      r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
-      (m.attention_dropout > 0 && !row->attention_dropout) ||
-      ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
-    return std::nullopt;
-  const bool qv = !r.lora.all_linear && r.lora.targets.size() == 2 &&
-                  std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(),
-                                      std::vector<std::string>{"q_proj", "v_proj"}.begin());
-  if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
-  if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
-  if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row->softcapping) return std::nullopt;
-  if (r.gradient_checkpointing && r.gradient_accumulation_steps > 1 && !row->accumulation_checkpointed)
-    return std::nullopt;
+  return !(!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
+           !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
+             (row->windows_alike && groups_alike(m)) || (row->grouped && groups_described(m, row->rope_and_chunk_groups))) ||
+           (r.attention == AttentionImpl::Eager && !row->eager) ||
+           (r.attention == AttentionImpl::Sdpa && r.device == Device::Cuda && !row->cuda_sdpa) ||
+           r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
+           (m.attention_dropout > 0 && !row->attention_dropout) ||
+           ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout));
+}
+
+/// Whether the lists cover the run's details, given that they cover its kind (lists_cover_run):
+/// its LoRA targets, softcapping, checkpointing, masks, autocast, latent attention and experts.
+bool lists_cover_details(const Request& r, const FamilyRow& row, bool qv) {
+  const ModelSpec& m = r.model;
+  if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row.all_linear_lora_only)) return false;
+  if (r.task == Task::Lora && r.gradient_checkpointing && !row.lora_checkpointed) return false;
+  if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row.softcapping) return false;
+  if (r.gradient_checkpointing && r.gradient_accumulation_steps > 1 && !row.accumulation_checkpointed)
+    return false;
   // LoRA dropout keeps a dropped copy of every adapted Linear's input (peft lora/layer.py); the
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
-  if (r.task == Task::Lora && r.lora.dropout > 0) return std::nullopt;
+  if (r.task == Task::Lora && r.lora.dropout > 0) return false;
   const LayerGroup& g = m.groups.front();
   // A window (or chunk) no longer than the sequence: SDPA turns the model's bool mask into a float
   // bias in every layer, on CPU and CUDA alike (edit_window_mask). CUDA's memory-efficient kernel
@@ -1398,34 +1408,74 @@ std::optional<StepSetup> step_setup(const Request& r) {
   // padded shape, so such a sequence is left to the engine.
   const bool window_mask = g.local_mask(r.sequence_length);
   const bool any_local_mask = std::any_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& x) { return x.local_mask(r.sequence_length); });
-  if (any_local_mask && r.device == Device::Cuda && r.sequence_length % 8 != 0) return std::nullopt;
+  if (any_local_mask && r.device == Device::Cuda && r.sequence_length % 8 != 0) return false;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
-  if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
-    return std::nullopt;
-  StepSetup s;
-  s.layer.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
-  s.layer.eager = r.attention == AttentionImpl::Eager;
+  if (autocast(r) && (!row.autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
+    return false;
+  // multi-head latent attention: the lists write q through q_a_proj / q_a_layernorm / q_b_proj
+  // (q_lora_rank set, as in DeepSeek-V3's configs), not the plain q_proj of q_lora_rank null
+  if (m.attention == AttentionKind::MultiLatent && m.q_lora_rank == 0) return false;
+  // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
+  if (std::any_of(m.groups.begin(), m.groups.end(), [](const LayerGroup& x) { return x.moe; }) && r.task != Task::Full)
+    return false;
+  return true;
+}
+
+/// The edits of the lists for the request's first layer group: precision, kernel, task, masks.
+LayerSetup layer_setup(const Request& r, const FamilyRow& row, bool qv) {
+  const ModelSpec& m = r.model;
+  const bool amp = autocast(r);
+  LayerSetup l;
+  l.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
+  l.eager = r.attention == AttentionImpl::Eager;
   // eager attention with one K/V head at micro-batch 1 copies neither K nor V: repeat_kv's reshape
   // merges the size-1 head dim with the stride-0 repeat (a view) and matmul's fold of [b, heads]
   // into one batch dim is a view at b = 1 (modeling_llama.py repeat_kv; torch matmul)
-  const bool kv_views = s.layer.eager && m.kv_heads == 1 && r.micro_batch_size == 1;
-  s.layer.gqa = m.kv_heads < m.heads && !kv_views;
-  s.layer.full = r.task == Task::Full;
-  s.layer.lora_all = r.task == Task::Lora && r.lora.all_linear;
-  s.layer.lora_qv = r.task == Task::Lora && qv;
-  s.layer.window_mask = window_mask;
-  s.layer.autocast = amp;
-  s.layer.one_sequence = r.micro_batch_size == 1;
-  s.layer.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
-  s.layer.family = row->edits;
-  s.layer.route_renorm = m.norm_topk_prob;
+  const bool kv_views = l.eager && m.kv_heads == 1 && r.micro_batch_size == 1;
+  l.gqa = m.kv_heads < m.heads && !kv_views;
+  l.full = r.task == Task::Full;
+  l.lora_all = r.task == Task::Lora && r.lora.all_linear;
+  l.lora_qv = r.task == Task::Lora && qv;
+  l.window_mask = m.groups.front().local_mask(r.sequence_length);
+  l.autocast = amp;
+  l.one_sequence = r.micro_batch_size == 1;
+  l.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
+  l.family = row.edits;
+  l.route_renorm = m.norm_topk_prob;
+  return l;
+}
+
+/// The layer groups of a grouped family, in layer order, consecutive layers of one kind merged;
+/// `layer` is the first group's setup, which each group edits.
+std::vector<StepSetup::Group> layer_groups(const Request& r, const LayerSetup& layer) {
+  const ModelSpec& m = r.model;
+  std::vector<StepSetup::Group> groups;
+  for (const ModelSpec::LayerRun& run : layers_in_order(m)) {
+    const LayerGroup& x = m.groups[run.group];
+    // the list's name says what differs: the MLP, the rotary (the tensor tables and the known
+    // mismatches of validate --tensors name lists by it)
+    StepSetup::Group sg{x.moe ? (x.rope ? "moe_layer" : "moe_nope_layer") : (x.rope ? "dense_layer" : "dense_nope_layer"),
+                        run.count, layer, group_dims(r, x), group_linears(r, x), x.other_params, run.group};
+    sg.layer.moe = x.moe;
+    sg.layer.nope = !x.rope, sg.layer.qk_l2_norm = x.qk_l2_norm;
+    sg.layer.window_mask = x.local_mask(r.sequence_length);
+    if (!groups.empty() && groups.back().kind == sg.kind) groups.back().count += run.count;
+    else groups.push_back(std::move(sg));
+  }
+  return groups;
+}
+
+}  // namespace
+
+std::optional<StepSetup> step_setup(const Request& r) {
+  const ModelSpec& m = r.model;
+  const FamilyRow* row = family_row(m.family);
+  const bool qv = lora_targets_qv(r);
+  if (!lists_cover_run(r, row) || !lists_cover_details(r, *row, qv)) return std::nullopt;
+  const LayerGroup& g = m.groups.front();
+  StepSetup s;
+  s.layer = layer_setup(r, *row, qv);
   s.dims = group_dims(r, g);
-  // multi-head latent attention: the lists write q through q_a_proj / q_a_layernorm / q_b_proj
-  // (q_lora_rank set, as in DeepSeek-V3's configs), not the plain q_proj of q_lora_rank null
-  if (m.attention == AttentionKind::MultiLatent && m.q_lora_rank == 0) return std::nullopt;
-  // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
-  if (std::any_of(m.groups.begin(), m.groups.end(), [](const LayerGroup& x) { return x.moe; }) && r.task != Task::Full)
-    return std::nullopt;
   s.dtypes.model = s.layer.half ? 2 : 4;
   s.dtypes.adapter = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   s.layers = m.layers;
@@ -1434,19 +1484,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   for (const Linear& l : g.linears) s.qkv_bias = s.qkv_bias || (l.name == "q_proj" && l.bias);
   s.linears = group_linears(r, g);
   s.norm_params = g.other_params;
-  if (row->grouped)
-    for (const ModelSpec::LayerRun& run : layers_in_order(m)) {
-      const LayerGroup& x = m.groups[run.group];
-      // the list's name says what differs: the MLP, the rotary (the tensor tables and the known
-      // mismatches of validate --tensors name lists by it)
-      StepSetup::Group sg{x.moe ? (x.rope ? "moe_layer" : "moe_nope_layer") : (x.rope ? "dense_layer" : "dense_nope_layer"),
-                          run.count, s.layer, group_dims(r, x), group_linears(r, x), x.other_params, run.group};
-      sg.layer.moe = x.moe;
-      sg.layer.nope = !x.rope, sg.layer.qk_l2_norm = x.qk_l2_norm;
-      sg.layer.window_mask = x.local_mask(r.sequence_length);
-      if (!s.groups.empty() && s.groups.back().kind == sg.kind) s.groups.back().count += run.count;
-      else s.groups.push_back(std::move(sg));
-    }
+  if (row->grouped) s.groups = layer_groups(r, s.layer);
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
