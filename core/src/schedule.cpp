@@ -783,36 +783,28 @@ std::pair<size_t, u64> run_pattern(const std::vector<LayerRun>& runs) {
   return {runs.size(), 1};
 }
 
-/// Everything a run allocates, in order.
-void run(Sink& sink, const StepSetup& s) {
-  const StepLists lists = step_lists(s);
-  const OpList &emb_l = lists.embedding, &head_l = lists.head;
-  const Resolved emb = resolve(s, emb_l), head = resolve(s, head_l);
-  std::vector<ResolvedLayers> store;
-  std::vector<LayerRun> runs = layer_runs(s, lists, store);
+/// Whether a layer returns a tensor besides its output under checkpointing (an entry that dies
+/// after the next layer).
+bool layers_return_tensor(const StepSetup& s, const std::vector<LayerRun>& runs) {
   bool returns_tensor = false;
   for (const LayerRun& lr : runs)
     returns_tensor = returns_tensor || (s.checkpointing && std::any_of(lr.layers->r.ops->begin(), lr.layers->r.ops->end(),
                                                                        [](const TensorOp& t) { return t.dies_after == "next_layer"; }));
-  // the peak sink runs a repeated pattern of runs once and extrapolates it (its per-run states sit
-  // in slot 0 anyway); the trace sink walks every run
-  // (two named values, not a structured binding: the lambdas below capture them, which Debian's
-  // Emscripten clang does not allow for bindings)
-  const std::pair<size_t, u64> pattern_of = sink.tracing() || returns_tensor ? std::pair<size_t, u64>{runs.size(), 1} : run_pattern(runs);
-  const size_t period = pattern_of.first;
-  const u64 reps = pattern_of.second;
-  auto each_run = [&](bool reverse, const std::function<void(LayerRun&)>& f) {
-    auto pattern = [&](u64) {
-      for (size_t j = 0; j < period; ++j) f(runs[reverse ? period - 1 - j : j]);
-    };
-    if (reps == 1) pattern(0);
-    else sink.repeat(reps, pattern);
-  };
+  return returns_tensor;
+}
+
+/// The entry of the head list whose weight is the embedding's [V, h] shape.
+size_t tied_head_entry(const StepSetup& s, const OpList& head_l, const Resolved& head) {
   // the head entry that makes a tied weight's [V, h] gradient (kKeep: none)
   size_t tied_head = kKeep;
   for (size_t i = 0; i < head_l.size(); ++i)
     if (!head_l[i].weight.empty && head.at[i].weight_bytes == mul(s.dims.v, s.dims.h, s.dtypes.model)) tied_head = i;
-  const std::vector<ParamTensor> op = outer_params(s);
+  return tied_head;
+}
+
+/// The decoder's layer parameters grouped for module order: consecutive runs with the same
+/// parameters form one group.
+std::vector<std::pair<u64, const std::vector<ParamTensor>*>> module_layer_groups(const std::vector<LayerRun>& runs) {
   // parameters in module order: the embeddings, the layers (adapters after each layer's own), the
   // final norm and the head (the optimizer walks them in the same order); the LoRA first layer
   // has the same parameters as the others of its group
@@ -826,118 +818,221 @@ void run(Sink& sink, const StepSetup& s) {
     else
       module_layers.push_back({lr.count, &ps});
   }
-  const size_t lead = std::min(s.leading_outer, op.size());
-  for (size_t i = 0; i < lead; ++i) sink.alloc(op[i].bytes, kParameter);
-  for (const auto& group : module_layers) {
+  return module_layers;
+}
+
+/// What the passes of a run share: the lists resolved, the decoder's runs and the pattern they are
+/// walked in, the parameters, and the outer weight gradients alive until zero_grad. Its resolved
+/// lists point into its own `lists` and `store`, so it is neither copied nor moved.
+struct StepRun {
+  StepRun(Sink& sk, const StepSetup& st) : sink(sk), s(st), lists(step_lists(st)) {}
+  StepRun(const StepRun&) = delete;
+  StepRun& operator=(const StepRun&) = delete;
+
+  Sink& sink;
+  const StepSetup& s;
+  const StepLists lists;
+  Resolved emb, head;
+  std::vector<ResolvedLayers> store;  ///< the layer lists, resolved once per kind of group
+  std::vector<LayerRun> runs;
+  bool returns_tensor = false;  ///< layers_return_tensor
+  size_t period = 0;            ///< the runs walked once per repetition of the pattern
+  u64 reps = 1;                 ///< the repetitions of the pattern
+  size_t tied_head = kKeep;     ///< tied_head_entry
+  std::vector<ParamTensor> op;  ///< the outer parameters (embeddings, final norm, head)
+  std::vector<std::pair<u64, const std::vector<ParamTensor>*>> module_layers;  ///< module_layer_groups
+  size_t lead = 0;              ///< the outer parameters that come before the layers
+  std::vector<int> outer_grads;  ///< the outer parameters' .grad
+};
+
+/// Resolves the run's lists, finds the decoder's runs and the pattern they are walked in, and
+/// its parameters in module order.
+void resolve_step(StepRun& st) {
+  const StepSetup& s = st.s;
+  st.emb = resolve(s, st.lists.embedding), st.head = resolve(s, st.lists.head);
+  st.runs = layer_runs(s, st.lists, st.store);
+  st.returns_tensor = layers_return_tensor(s, st.runs);
+  // the peak sink runs a repeated pattern of runs once and extrapolates it (its per-run states sit
+  // in slot 0 anyway); the trace sink walks every run
+  // (two named values, not a structured binding: the lambdas below capture them, which Debian's
+  // Emscripten clang does not allow for bindings)
+  const std::pair<size_t, u64> pattern_of = st.sink.tracing() || st.returns_tensor ? std::pair<size_t, u64>{st.runs.size(), 1} : run_pattern(st.runs);
+  st.period = pattern_of.first;
+  st.reps = pattern_of.second;
+  st.tied_head = tied_head_entry(s, st.lists.head, st.head);
+  st.op = outer_params(s);
+  st.module_layers = module_layer_groups(st.runs);
+  st.lead = std::min(s.leading_outer, st.op.size());
+}
+
+/// Calls `f` on each run of the decoder (last first for the backward), the pattern `reps` times.
+void each_run(StepRun& st, bool reverse, const std::function<void(LayerRun&)>& f) {
+  auto pattern = [&](u64) {
+    for (size_t j = 0; j < st.period; ++j) f(st.runs[reverse ? st.period - 1 - j : j]);
+  };
+  if (st.reps == 1) pattern(0);
+  else st.sink.repeat(st.reps, pattern);
+}
+
+/// The parameters, in module order: the leading outer ones, each group's layers, the rest.
+void allocate_parameters(StepRun& st) {
+  Sink& sink = st.sink;
+  for (size_t i = 0; i < st.lead; ++i) sink.alloc(st.op[i].bytes, kParameter);
+  for (const auto& group : st.module_layers) {
     const std::vector<ParamTensor>& ps = *group.second;
     sink.repeat(group.first, [&](u64) { for (const ParamTensor& t : ps) sink.alloc(t.bytes, kParameter); });
   }
-  for (size_t i = lead; i < op.size(); ++i) sink.alloc(op[i].bytes, kParameter);
-  std::vector<int> outer_grads;
-  for (u64 step = 0; step < s.steps; ++step) {
-    for (u64 micro = 0; micro < s.accumulation; ++micro) {
-      sink.phase(Phase::Forward);
-      const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), kInputIds);
-      if (step == 0 && micro == 0)
-        for (u64 w : s.workspaces) sink.alloc(w, kWorkspace);  // kept by the cuBLAS handle (PyTorch creates them
-                                                                // at the first matmul, a few tensors later)
-      ListState e = forward(sink, emb, -1, false, false);
-      int carried = e.out;
-      // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
-      // lives until the next layer has returned, so the first layer differs from the others
-      int returned = -1;
-      each_run(false, [&](LayerRun& lr) {
-        auto layer_forward = [&](u64 k) {
-          // checkpointing keeps the layer input (the checkpoint's only saved tensor)
-          ListState st = forward(sink, lr.layers->r, carried, s.checkpointing, s.checkpointing);
-          carried = st.out;
-          if (returned >= 0) sink.free(returned);
-          returned = st.returned;
-          lr.states[sink.slot(k)] = std::move(st);
-        };
-        if (returns_tensor && returned < 0) {  // nothing to free before this run's first layer
-          layer_forward(0);
-          sink.repeat(lr.count - 1, [&](u64 k) { layer_forward(k + 1); });
-        } else {
-          sink.repeat(lr.count, layer_forward);
-        }
-      });
+  for (size_t i = st.lead; i < st.op.size(); ++i) sink.alloc(st.op[i].bytes, kParameter);
+}
+
+/// The decoder's forward, each layer on the previous one's output `carried`; returns the last
+/// layer's output.
+int layers_forward(StepRun& st, int carried) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  // a tensor a checkpointed layer returns besides its output (Falcon's attention weights)
+  // lives until the next layer has returned, so the first layer differs from the others
+  int returned = -1;
+  each_run(st, false, [&](LayerRun& lr) {
+    auto layer_forward = [&](u64 k) {
+      // checkpointing keeps the layer input (the checkpoint's only saved tensor)
+      ListState ls = forward(sink, lr.layers->r, carried, s.checkpointing, s.checkpointing);
+      carried = ls.out;
       if (returned >= 0) sink.free(returned);
-      // tensors the decoder stack shares (the eager causal mask) die when it returns; under
-      // checkpointing each checkpoint keeps those it is given as inputs of its recomputation
-      // until the backward of the stack is over (torch.utils.checkpoint saves its tensor inputs)
-      auto free_shared = [&](bool checkpoint_inputs) {
-        for (size_t i = 0; i < emb_l.size(); ++i)
-          if (emb_l[i].dies_after == "decoder_end" && e.ids[i] >= 0 && (checkpoint_inputs || !emb_l[i].checkpoint_input))
-            sink.free(e.ids[i]), e.ids[i] = -1;
-      };
-      free_shared(!s.checkpointing);
-      ListState h = forward(sink, head, carried, false, false);
-      // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
-      // backward returns (torch/autograd/__init__.py _make_grads)
-      const int seed = sink.alloc(4, Part::LogitsLoss, "loss.grad_seed");
-      const bool tied = s.tied_embeddings && s.layer.full;
-      const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? tied_head : kKeep};
-      sink.phase(Phase::Backward);
-      int grad = backward(sink, head, h, -1, head_wg);
-      if (micro == 0)
-        for (int g : h.weight_grads) outer_grads.push_back(g);
-      each_run(true, [&](LayerRun& lr) {
-        const Resolved& r = lr.layers->r;
-        sink.repeat(lr.count, [&](u64 k) {
-          ListState& st = lr.states[sink.slot(lr.count - 1 - k)];
-          auto recompute = [&] {
-            const int input = st.ids[0];
-            std::vector<int> grads = std::move(st.weight_grads);
-            st = recompute_forward(sink, r, input);
-            st.weight_grads = std::move(grads);
-          };
-          grad = s.checkpointing ? backward(sink, r, st, grad, wg, recompute) : backward(sink, r, st, grad, wg);
-          if (micro == 0) lr.grads[sink.slot(lr.count - 1 - k)] = st.weight_grads;
-        });
-      });
-      free_shared(true);
-      grad = backward(sink, emb, e, grad, wg);
-      for (size_t i = 0; i < emb_l.size(); ++i)  // a leaf its AccumulateGrad held (embedding_leaf_until_backward_end)
-        if (emb_l[i].dies_after == "backward_end" && e.ids[i] >= 0) sink.free(e.ids[i]), e.ids[i] = -1;
-      if (micro == 0)
-        for (int g : e.weight_grads) outer_grads.push_back(g);
-      if (tied && !h.weight_grads.empty()) {
-        // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
-        // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
-        // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h]); the sum
-        // becomes the .grad in the first micro-batch and is added into it in a later one
-        const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
-        const int dense = sink.alloc(vh, kDenseEmbedGrad);
-        const int sum = sink.alloc(vh, kTiedGrad);
-        sink.free(dense);
-        if (micro == 0) {
-          sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
-          auto head_grad = std::find(outer_grads.begin(), outer_grads.end(), h.weight_grads.front());
-          sink.free(*head_grad);
-          *head_grad = sum;
-        } else {
-          sink.free(h.weight_grads.front());
-          sink.free(sum);
-        }
-      }
-      sink.free(grad);
-      sink.free(seed);
-      for (size_t i = 0; i < head_l.size(); ++i)  // what the loop held until its backward ran (the loss)
-        if (head_l[i].dies_after == "backward_end" && h.ids[i] >= 0) sink.free(h.ids[i]);
-      sink.free(ids);
+      returned = ls.returned;
+      lr.states[sink.slot(k)] = std::move(ls);
+    };
+    if (st.returns_tensor && returned < 0) {  // nothing to free before this run's first layer
+      layer_forward(0);
+      sink.repeat(lr.count - 1, [&](u64 k) { layer_forward(k + 1); });
+    } else {
+      sink.repeat(lr.count, layer_forward);
     }
-    sink.phase(Phase::OptimizerStep);
-    optimizer_step(sink, s, op, lead, module_layers, step == 0);
-    // zero_grad(set_to_none=True)
-    for (int g : outer_grads) sink.free(g);
-    outer_grads.clear();
-    each_run(false, [&](LayerRun& lr) {
-      sink.repeat(lr.count, [&](u64 k) {
-        for (int g : lr.grads[sink.slot(k)]) sink.free(g);
-        lr.grads[sink.slot(k)].clear();
-      });
+  });
+  if (returned >= 0) sink.free(returned);
+  return carried;
+}
+
+/// Frees the embedding list's tensors that live until the decoder stack returns.
+void free_shared(StepRun& st, ListState& e, bool checkpoint_inputs) {
+  // tensors the decoder stack shares (the eager causal mask) die when it returns; under
+  // checkpointing each checkpoint keeps those it is given as inputs of its recomputation
+  // until the backward of the stack is over (torch.utils.checkpoint saves its tensor inputs)
+  const OpList& emb_l = st.lists.embedding;
+  for (size_t i = 0; i < emb_l.size(); ++i)
+    if (emb_l[i].dies_after == "decoder_end" && e.ids[i] >= 0 && (checkpoint_inputs || !emb_l[i].checkpoint_input))
+      st.sink.free(e.ids[i]), e.ids[i] = -1;
+}
+
+/// The decoder's backward, last layer first, from the head's input gradient `grad`; returns the
+/// gradient flowing into the embedding list. The first micro-batch keeps each layer's weight
+/// gradients until zero_grad.
+int layers_backward(StepRun& st, int grad, WeightGrads wg, bool first_micro) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  each_run(st, true, [&](LayerRun& lr) {
+    const Resolved& r = lr.layers->r;
+    sink.repeat(lr.count, [&](u64 k) {
+      ListState& ls = lr.states[sink.slot(lr.count - 1 - k)];
+      auto recompute = [&] {
+        const int input = ls.ids[0];
+        std::vector<int> grads = std::move(ls.weight_grads);
+        ls = recompute_forward(sink, r, input);
+        ls.weight_grads = std::move(grads);
+      };
+      grad = s.checkpointing ? backward(sink, r, ls, grad, wg, recompute) : backward(sink, r, ls, grad, wg);
+      if (first_micro) lr.grads[sink.slot(lr.count - 1 - k)] = ls.weight_grads;
     });
+  });
+  return grad;
+}
+
+/// A tied embedding's weight: lm_head's gradient (the head's state `h`) and the embedding's meet.
+void meet_tied_gradients(StepRun& st, const ListState& h, bool first_micro) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  // the tied weight's two gradients meet in its AccumulateGrad's input buffer: the
+  // embedding's dense gradient and lm_head's are summed out of place (peak_dump.py on
+  // gemma2/h384-L2-V32000: mm + embedding_dense_backward + add, each [V, h]); the sum
+  // becomes the .grad in the first micro-batch and is added into it in a later one
+  const u64 vh = mul(s.dims.v, s.dims.h, s.dtypes.model);
+  const int dense = sink.alloc(vh, kDenseEmbedGrad);
+  const int sum = sink.alloc(vh, kTiedGrad);
+  sink.free(dense);
+  if (first_micro) {
+    sink.retag(sum, Part::Gradients);  // AccumulateGrad makes the sum the .grad
+    auto head_grad = std::find(st.outer_grads.begin(), st.outer_grads.end(), h.weight_grads.front());
+    sink.free(*head_grad);
+    *head_grad = sum;
+  } else {
+    sink.free(h.weight_grads.front());
+    sink.free(sum);
+  }
+}
+
+/// One micro-batch: the batch, the forward of every list, the loss's backward seed, the backward of
+/// every list, and the frees of what lived until the backward's end.
+void micro_batch(StepRun& st, u64 step, u64 micro) {
+  Sink& sink = st.sink;
+  const StepSetup& s = st.s;
+  const OpList &emb_l = st.lists.embedding, &head_l = st.lists.head;
+  sink.phase(Phase::Forward);
+  const int ids = sink.alloc(mul(s.dims.b, s.dims.s, 8), kInputIds);
+  if (step == 0 && micro == 0)
+    for (u64 w : s.workspaces) sink.alloc(w, kWorkspace);  // kept by the cuBLAS handle (PyTorch creates them
+                                                            // at the first matmul, a few tensors later)
+  ListState e = forward(sink, st.emb, -1, false, false);
+  const int carried = layers_forward(st, e.out);
+  free_shared(st, e, !s.checkpointing);
+  ListState h = forward(sink, st.head, carried, false, false);
+  // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
+  // backward returns (torch/autograd/__init__.py _make_grads)
+  const int seed = sink.alloc(4, Part::LogitsLoss, "loss.grad_seed");
+  const bool tied = s.tied_embeddings && s.layer.full;
+  const WeightGrads wg{micro == 0}, head_wg{micro == 0, tied ? st.tied_head : kKeep};
+  sink.phase(Phase::Backward);
+  int grad = backward(sink, st.head, h, -1, head_wg);
+  if (micro == 0)
+    for (int g : h.weight_grads) st.outer_grads.push_back(g);
+  grad = layers_backward(st, grad, wg, micro == 0);
+  free_shared(st, e, true);
+  grad = backward(sink, st.emb, e, grad, wg);
+  for (size_t i = 0; i < emb_l.size(); ++i)  // a leaf its AccumulateGrad held (embedding_leaf_until_backward_end)
+    if (emb_l[i].dies_after == "backward_end" && e.ids[i] >= 0) sink.free(e.ids[i]), e.ids[i] = -1;
+  if (micro == 0)
+    for (int g : e.weight_grads) st.outer_grads.push_back(g);
+  if (tied && !h.weight_grads.empty()) meet_tied_gradients(st, h, micro == 0);
+  sink.free(grad);
+  sink.free(seed);
+  for (size_t i = 0; i < head_l.size(); ++i)  // what the loop held until its backward ran (the loss)
+    if (head_l[i].dies_after == "backward_end" && h.ids[i] >= 0) sink.free(h.ids[i]);
+  sink.free(ids);
+}
+
+/// The optimizer's step (its state at the first step), then every weight gradient freed.
+void optimizer_step_and_zero_grad(StepRun& st, u64 step) {
+  Sink& sink = st.sink;
+  sink.phase(Phase::OptimizerStep);
+  optimizer_step(sink, st.s, st.op, st.lead, st.module_layers, step == 0);
+  // zero_grad(set_to_none=True)
+  for (int g : st.outer_grads) sink.free(g);
+  st.outer_grads.clear();
+  each_run(st, false, [&](LayerRun& lr) {
+    sink.repeat(lr.count, [&](u64 k) {
+      for (int g : lr.grads[sink.slot(k)]) sink.free(g);
+      lr.grads[sink.slot(k)].clear();
+    });
+  });
+}
+
+/// Everything a run allocates, in order.
+void run(Sink& sink, const StepSetup& s) {
+  StepRun st(sink, s);
+  resolve_step(st);
+  allocate_parameters(st);
+  for (u64 step = 0; step < s.steps; ++step) {
+    for (u64 micro = 0; micro < s.accumulation; ++micro) micro_batch(st, step, micro);
+    optimizer_step_and_zero_grad(st, step);
   }
 }
 
@@ -1264,38 +1359,48 @@ std::vector<StepSetup::LayerLinear> group_linears(const Request& r, const LayerG
   return out;
 }
 
-}  // namespace
+/// Whether the request trains with autocast (mixed precision).
+bool autocast(const Request& r) { return r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16; }
 
-std::optional<StepSetup> step_setup(const Request& r) {
+/// Whether LoRA adapts exactly q_proj and v_proj (PEFT's default targets for Llama-like models).
+bool lora_targets_qv(const Request& r) {
+  return !r.lora.all_linear && r.lora.targets.size() == 2 &&
+         std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(), std::vector<std::string>{"q_proj", "v_proj"}.begin());
+}
+
+/// Whether the lists describe the request's kind of run: its family, precision, task, a single
+/// device, AdamW, the model's layers, its attention kernel, runtime and dropouts.
+bool lists_cover_run(const Request& r, const FamilyRow* row) {
   const ModelSpec& m = r.model;
-  const FamilyRow* row = family_row(m.family);
   const bool family = row != nullptr;
-  const bool amp = r.precision == Precision::AmpBf16 || r.precision == Precision::AmpFp16;
+  const bool amp = autocast(r);
   const bool precision = r.precision == Precision::Fp32 || r.precision == Precision::Bf16 ||
                          r.precision == Precision::Fp16 || amp;
   const bool task = r.task == Task::Full || r.task == Task::Lora;
   const bool single = r.parallelism.method == ParallelMethod::Single && r.num_gpus <= 1;
   const bool optimizer = r.optimizer == Optimizer::AdamW || r.optimizer == Optimizer::AdamWFused;
-  if (!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
-      !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
-        (row->windows_alike && groups_alike(m)) || (row->grouped && groups_described(m, row->rope_and_chunk_groups))) ||
-      (r.attention == AttentionImpl::Eager && !row->eager) ||
-      (r.attention == AttentionImpl::Sdpa && r.device == Device::Cuda && !row->cuda_sdpa) ||
-      r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
-      (m.attention_dropout > 0 && !row->attention_dropout) ||
-      ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout))
-    return std::nullopt;
-  const bool qv = !r.lora.all_linear && r.lora.targets.size() == 2 &&
-                  std::is_permutation(r.lora.targets.begin(), r.lora.targets.end(),
-                                      std::vector<std::string>{"q_proj", "v_proj"}.begin());
-  if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row->all_linear_lora_only)) return std::nullopt;
-  if (r.task == Task::Lora && r.gradient_checkpointing && !row->lora_checkpointed) return std::nullopt;
-  if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row->softcapping) return std::nullopt;
-  if (r.gradient_checkpointing && r.gradient_accumulation_steps > 1 && !row->accumulation_checkpointed)
-    return std::nullopt;
+  return !(!family || !precision || !task || !single || !optimizer || m.groups.empty() ||
+           !(identical_layers(m, r.attention == AttentionImpl::Eager, row->nope_as_rope) ||
+             (row->windows_alike && groups_alike(m)) || (row->grouped && groups_described(m, row->rope_and_chunk_groups))) ||
+           (r.attention == AttentionImpl::Eager && !row->eager) ||
+           (r.attention == AttentionImpl::Sdpa && r.device == Device::Cuda && !row->cuda_sdpa) ||
+           r.attention == AttentionImpl::FlashAttention2 || r.frozen_layers > 0 || !runtime_modelled(r.runtime) ||
+           (m.attention_dropout > 0 && !row->attention_dropout) ||
+           ((m.hidden_dropout > 0 || m.embedding_dropout > 0) && !row->hidden_dropout));
+}
+
+/// Whether the lists cover the run's details, given that they cover its kind (lists_cover_run):
+/// its LoRA targets, softcapping, checkpointing, masks, autocast, latent attention and experts.
+bool lists_cover_details(const Request& r, const FamilyRow& row, bool qv) {
+  const ModelSpec& m = r.model;
+  if (r.task == Task::Lora && !r.lora.all_linear && (!qv || row.all_linear_lora_only)) return false;
+  if (r.task == Task::Lora && r.gradient_checkpointing && !row.lora_checkpointed) return false;
+  if ((m.final_logit_softcapping || m.attn_logit_softcapping) && !row.softcapping) return false;
+  if (r.gradient_checkpointing && r.gradient_accumulation_steps > 1 && !row.accumulation_checkpointed)
+    return false;
   // LoRA dropout keeps a dropped copy of every adapted Linear's input (peft lora/layer.py); the
   // lists have no entry for it (data/measurements/cpu-lora-dropout.jsonl reads 9-19 % above them)
-  if (r.task == Task::Lora && r.lora.dropout > 0) return std::nullopt;
+  if (r.task == Task::Lora && r.lora.dropout > 0) return false;
   const LayerGroup& g = m.groups.front();
   // A window (or chunk) no longer than the sequence: SDPA turns the model's bool mask into a float
   // bias in every layer, on CPU and CUDA alike (edit_window_mask). CUDA's memory-efficient kernel
@@ -1303,34 +1408,74 @@ std::optional<StepSetup> step_setup(const Request& r) {
   // padded shape, so such a sequence is left to the engine.
   const bool window_mask = g.local_mask(r.sequence_length);
   const bool any_local_mask = std::any_of(m.groups.begin(), m.groups.end(), [&](const LayerGroup& x) { return x.local_mask(r.sequence_length); });
-  if (any_local_mask && r.device == Device::Cuda && r.sequence_length % 8 != 0) return std::nullopt;
+  if (any_local_mask && r.device == Device::Cuda && r.sequence_length % 8 != 0) return false;
   // autocast: the lists cover full fine-tuning with SDPA (no per-layer mask)
-  if (amp && (!row->autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
-    return std::nullopt;
-  StepSetup s;
-  s.layer.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
-  s.layer.eager = r.attention == AttentionImpl::Eager;
+  if (autocast(r) && (!row.autocast || r.task != Task::Full || r.attention != AttentionImpl::Sdpa || window_mask))
+    return false;
+  // multi-head latent attention: the lists write q through q_a_proj / q_a_layernorm / q_b_proj
+  // (q_lora_rank set, as in DeepSeek-V3's configs), not the plain q_proj of q_lora_rank null
+  if (m.attention == AttentionKind::MultiLatent && m.q_lora_rank == 0) return false;
+  // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
+  if (std::any_of(m.groups.begin(), m.groups.end(), [](const LayerGroup& x) { return x.moe; }) && r.task != Task::Full)
+    return false;
+  return true;
+}
+
+/// The edits of the lists for the request's first layer group: precision, kernel, task, masks.
+LayerSetup layer_setup(const Request& r, const FamilyRow& row, bool qv) {
+  const ModelSpec& m = r.model;
+  const bool amp = autocast(r);
+  LayerSetup l;
+  l.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
+  l.eager = r.attention == AttentionImpl::Eager;
   // eager attention with one K/V head at micro-batch 1 copies neither K nor V: repeat_kv's reshape
   // merges the size-1 head dim with the stride-0 repeat (a view) and matmul's fold of [b, heads]
   // into one batch dim is a view at b = 1 (modeling_llama.py repeat_kv; torch matmul)
-  const bool kv_views = s.layer.eager && m.kv_heads == 1 && r.micro_batch_size == 1;
-  s.layer.gqa = m.kv_heads < m.heads && !kv_views;
-  s.layer.full = r.task == Task::Full;
-  s.layer.lora_all = r.task == Task::Lora && r.lora.all_linear;
-  s.layer.lora_qv = r.task == Task::Lora && qv;
-  s.layer.window_mask = window_mask;
-  s.layer.autocast = amp;
-  s.layer.one_sequence = r.micro_batch_size == 1;
-  s.layer.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
-  s.layer.family = row->edits;
-  s.layer.route_renorm = m.norm_topk_prob;
+  const bool kv_views = l.eager && m.kv_heads == 1 && r.micro_batch_size == 1;
+  l.gqa = m.kv_heads < m.heads && !kv_views;
+  l.full = r.task == Task::Full;
+  l.lora_all = r.task == Task::Lora && r.lora.all_linear;
+  l.lora_qv = r.task == Task::Lora && qv;
+  l.window_mask = m.groups.front().local_mask(r.sequence_length);
+  l.autocast = amp;
+  l.one_sequence = r.micro_batch_size == 1;
+  l.softmax_half_to_float = r.device == Device::Cuda && r.precision == Precision::Fp16;
+  l.family = row.edits;
+  l.route_renorm = m.norm_topk_prob;
+  return l;
+}
+
+/// The layer groups of a grouped family, in layer order, consecutive layers of one kind merged;
+/// `layer` is the first group's setup, which each group edits.
+std::vector<StepSetup::Group> layer_groups(const Request& r, const LayerSetup& layer) {
+  const ModelSpec& m = r.model;
+  std::vector<StepSetup::Group> groups;
+  for (const ModelSpec::LayerRun& run : layers_in_order(m)) {
+    const LayerGroup& x = m.groups[run.group];
+    // the list's name says what differs: the MLP, the rotary (the tensor tables and the known
+    // mismatches of validate --tensors name lists by it)
+    StepSetup::Group sg{x.moe ? (x.rope ? "moe_layer" : "moe_nope_layer") : (x.rope ? "dense_layer" : "dense_nope_layer"),
+                        run.count, layer, group_dims(r, x), group_linears(r, x), x.other_params, run.group};
+    sg.layer.moe = x.moe;
+    sg.layer.nope = !x.rope, sg.layer.qk_l2_norm = x.qk_l2_norm;
+    sg.layer.window_mask = x.local_mask(r.sequence_length);
+    if (!groups.empty() && groups.back().kind == sg.kind) groups.back().count += run.count;
+    else groups.push_back(std::move(sg));
+  }
+  return groups;
+}
+
+}  // namespace
+
+std::optional<StepSetup> step_setup(const Request& r) {
+  const ModelSpec& m = r.model;
+  const FamilyRow* row = family_row(m.family);
+  const bool qv = lora_targets_qv(r);
+  if (!lists_cover_run(r, row) || !lists_cover_details(r, *row, qv)) return std::nullopt;
+  const LayerGroup& g = m.groups.front();
+  StepSetup s;
+  s.layer = layer_setup(r, *row, qv);
   s.dims = group_dims(r, g);
-  // multi-head latent attention: the lists write q through q_a_proj / q_a_layernorm / q_b_proj
-  // (q_lora_rank set, as in DeepSeek-V3's configs), not the plain q_proj of q_lora_rank null
-  if (m.attention == AttentionKind::MultiLatent && m.q_lora_rank == 0) return std::nullopt;
-  // MoE: the lists cover full fine-tuning (PEFT parametrises fused experts; not written yet)
-  if (std::any_of(m.groups.begin(), m.groups.end(), [](const LayerGroup& x) { return x.moe; }) && r.task != Task::Full)
-    return std::nullopt;
   s.dtypes.model = s.layer.half ? 2 : 4;
   s.dtypes.adapter = r.lora.adapter_bytes ? r.lora.adapter_bytes : 4;
   s.layers = m.layers;
@@ -1339,19 +1484,7 @@ std::optional<StepSetup> step_setup(const Request& r) {
   for (const Linear& l : g.linears) s.qkv_bias = s.qkv_bias || (l.name == "q_proj" && l.bias);
   s.linears = group_linears(r, g);
   s.norm_params = g.other_params;
-  if (row->grouped)
-    for (const ModelSpec::LayerRun& run : layers_in_order(m)) {
-      const LayerGroup& x = m.groups[run.group];
-      // the list's name says what differs: the MLP, the rotary (the tensor tables and the known
-      // mismatches of validate --tensors name lists by it)
-      StepSetup::Group sg{x.moe ? (x.rope ? "moe_layer" : "moe_nope_layer") : (x.rope ? "dense_layer" : "dense_nope_layer"),
-                          run.count, s.layer, group_dims(r, x), group_linears(r, x), x.other_params, run.group};
-      sg.layer.moe = x.moe;
-      sg.layer.nope = !x.rope, sg.layer.qk_l2_norm = x.qk_l2_norm;
-      sg.layer.window_mask = x.local_mask(r.sequence_length);
-      if (!s.groups.empty() && s.groups.back().kind == sg.kind) s.groups.back().count += run.count;
-      else s.groups.push_back(std::move(sg));
-    }
+  if (row->grouped) s.groups = layer_groups(r, s.layer);
   s.optimizer = r.optimizer == Optimizer::AdamWFused ? StepOptimizer::AdamWFused : StepOptimizer::AdamWForeach;
   s.accumulation = r.gradient_accumulation_steps;
   s.round_512 = r.device == Device::Cuda;
