@@ -834,6 +834,14 @@ def pattern_cases():
               gradient_checkpointing=True, micro_batch_size=1, sequence_length=128, gradient_accumulation_steps=2),
         named("gemma", 3, 3, 2048, precision="amp_bf16", attention="eager", optimizer="sgd",
               gradient_checkpointing=True, micro_batch_size=1, sequence_length=64, gradient_accumulation_steps=2),
+        # OPT full fine-tuning over bf16 weights without checkpointing, eager attention, AdamW, with
+        # and without accumulation, where attention's [b, heads, s, s] tensors dominate the forward
+        named("opt", 2, 2, 1024, precision="bf16", attention="eager", micro_batch_size=4,
+              sequence_length=384, gradient_accumulation_steps=2),
+        named("opt", 1.5, 2, 1024, precision="bf16", attention="eager", micro_batch_size=4,
+              sequence_length=448, gradient_accumulation_steps=2),
+        named("opt", 2, 2, 1024, precision="bf16", attention="eager", micro_batch_size=4,
+              sequence_length=384),
     ]
 
 

@@ -800,7 +800,13 @@ void eager_score_moments(const Layer& L, u64 probs, AttentionKernel& ak) {
   // (measured, peak dump of tuning case bloom/h256-L3-V1024/lora-r32-qv/bf16/nogc/eager/b2s320/adamw
   // at the last layer's _softmax: bf16 baddbmm and add, fp32 _to_copy and _softmax, each
   // [2, 8, 320, 320]). (Families that compute the scores in fp32 keep the earlier count.)
-  if (fp32_softmax && p != 4 && !d.amp && !fam.qk_in_fp32) ak.fwd_only_s = mul(a, add(mul(2, p), 8));
+  // eager_attention_forward (modeling_opt.py and the shared one) rebinds `attn_weights` at each
+  // step, so `matmul(q, k^T) * scaling` is freed once the mask is added: one half score tensor
+  // next to the two fp32 ones (timeline of tuning case
+  // opt/h192-L2-V1024/full/bf16/nogc/eager/b4s448/adamw/gas2 at the last layer's _softmax: bf16
+  // add, fp32 _to_copy and _softmax [4, 6, 448, 448], the bmm and mul outputs already freed).
+  const u64 half_scores = (fam.scores_locals || fam.scores_locals_fp32) ? 2 : 1;
+  if (fp32_softmax && p != 4 && !d.amp && !fam.qk_in_fp32) ak.fwd_only_s = mul(a, add(mul(half_scores, p), 8));
   // Backward over the scores: the PV matmul's node frees the probabilities it kept (the half
   // copy, or dropout's output), dropout's node frees its mask, then softmax's backward holds
   // its kept output, the incoming gradient and its result, all in the softmax dtype (measured,
