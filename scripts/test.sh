@@ -99,8 +99,9 @@ rm -rf "$cases_dir"
 # after that and measured before any of its estimates was read: 4 of 160 over 2 % at its first
 # replay (max 2.53 %); its four patterns were then fixed on new tuning cases, so it is gated at 2 %
 # (MEMFIT_HOLDOUT9_TOLERANCE). cpu_holdout10.json, measured before any of its estimates was read,
-# is the figure to quote now: 1 of 160 over 2 % at its first replay (max 2.28 %); gated at 3 %
-# (MEMFIT_HOLDOUT10_TOLERANCE), which only catches a regression past its worst open case.
+# is the figure to quote now: 1 of 160 over 2 % at its first replay (max 2.28 %); that pattern
+# (an OPT-like full bf16 eager run with accumulation) was then fixed on new tuning cases, so it is
+# gated at 2 % too (MEMFIT_HOLDOUT10_TOLERANCE) and no longer unseen evidence.
 replay_holdout() {  # LABEL RECORD TOLERANCE
   echo "CPU validation, holdout set$1: replay of data/measurements/$2"
   ./build/native/cli/memfit validate --replay "data/measurements/$2" --tolerance "$3"
@@ -109,7 +110,7 @@ replay_holdout "" cpu-holdout.jsonl "${MEMFIT_HOLDOUT_TOLERANCE:-2}"
 for n in 2 3 4 5 6 7; do replay_holdout " $n" "cpu-holdout$n.jsonl" "${MEMFIT_HOLDOUT_TOLERANCE:-2}"; done
 replay_holdout " 8" cpu-holdout8.jsonl "${MEMFIT_HOLDOUT8_TOLERANCE:-2}"
 replay_holdout " 9" cpu-holdout9.jsonl "${MEMFIT_HOLDOUT9_TOLERANCE:-2}"
-replay_holdout " 10" cpu-holdout10.jsonl "${MEMFIT_HOLDOUT10_TOLERANCE:-3}"
+replay_holdout " 10" cpu-holdout10.jsonl "${MEMFIT_HOLDOUT10_TOLERANCE:-2}"
 # BERT (validate/bert_suite.py; the encoder path: BertForMaskedLM with MLM labels and
 # BertForSequenceClassification, fed what HF Trainer feeds them): the tuning record and the check
 # record (other shapes, measured after the first BERT fixes, never tuned on; its two misses at the
