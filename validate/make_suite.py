@@ -52,6 +52,7 @@ LATER_HOLDOUTS = [
     (8, 20261201, 160, "on 2026-11-25 after the seventh holdout set's misses were fixed"),
     (9, 20261202, 160, "on 2026-11-25 after the eighth holdout set's misses were fixed"),
     (10, 20261203, 160, "on 2026-11-25 before the ninth holdout set's misses were worked on"),
+    (11, 20261204, 160, "on 2026-11-25 after the tenth holdout set's miss was fixed"),
 ]
 
 
