@@ -843,6 +843,14 @@ def pattern_cases():
               sequence_length=448, gradient_accumulation_steps=2),
         named("opt", 2, 2, 1024, precision="bf16", attention="eager", micro_batch_size=4,
               sequence_length=384),
+        # full fine-tuning of fused experts with a per-tensor optimizer step: the optimizer's
+        # largest tensor is a whole [E, 2 I, h] gate_up_proj stack, not one expert's matrix
+        named("mixtral", 2, 3, 2048, precision="fp32", attention="sdpa", optimizer="adafactor",
+              gradient_checkpointing=True, micro_batch_size=2, sequence_length=48),
+        named("qwen3_moe", 3, 2, 1024, precision="bf16", attention="eager", optimizer="adafactor",
+              micro_batch_size=1, sequence_length=64),
+        named("mixtral", 2, 2, 1024, precision="bf16", attention="sdpa", optimizer="adamw_loop",
+              micro_batch_size=1, sequence_length=64),
     ]
 
 

@@ -81,7 +81,8 @@ void add_layer(ModelSpec& m, LayerGroup g) {
     for (size_t i = 0; same && i < e.linears.size(); ++i) {
       const Linear& a = e.linears[i];
       const Linear& b = g.linears[i];
-      same = a.name == b.name && a.in == b.in && a.out == b.out && a.bias == b.bias && a.copies == b.copies;
+      same = a.name == b.name && a.in == b.in && a.out == b.out && a.bias == b.bias && a.copies == b.copies &&
+             a.stored_with_next == b.stored_with_next;
     }
     if (same) {
       e.count = add(e.count, g.count);
@@ -480,10 +481,14 @@ void add_moe_mlp(const std::string& t, u64 h, const LlamaMlp& mlp, LayerGroup& g
   const char* n1 = t == "mixtral" ? "w1" : "gate_proj";
   const char* n3 = t == "mixtral" ? "w3" : "up_proj";
   const char* n2 = t == "mixtral" ? "w2" : "down_proj";
+  // the experts are one module of fused parameters, gate and up stacked as gate_up_proj
+  // [E, 2 I, h] and down_proj [E, h, I] (modeling_mixtral.py MixtralExperts, modeling_qwen2_moe.py
+  // Qwen2MoeExperts): the optimizer sees two tensors, not 3 E
   for (const char* n : {n1, n3}) {
     Linear e = col(n, h, mlp.moe_i, false, LinearInput::MlpIn);
     e.copies = mlp.experts;
     e.routed = true;
+    e.stored_with_next = n == n1;
     g.linears.push_back(e);
   }
   Linear down = row(n2, mlp.moe_i, h, false, LinearInput::MlpHidden);

@@ -281,7 +281,8 @@ bool add_layer_states(const Request& r, const StateDtypes& d, const LayerGroup& 
   bool any_target = false;
   const bool trained = d.full && !g.frozen;
   u64 previous = 0;  // the trained tensor before this Linear's weight (a layer starts after a norm's)
-  for (const Linear& l : g.linears) {
+  for (size_t li = 0; li < g.linears.size(); ++li) {
+    const Linear& l = g.linears[li];
     const Adapter adapter = d.lora ? lora_adapter(r, g, l) : Adapter::None;
     const bool target = adapter != Adapter::None;
     any_target = any_target || target;
@@ -290,13 +291,18 @@ bool add_layer_states(const Request& r, const StateDtypes& d, const LayerGroup& 
     const bool split = l.split != TpSplit::Replicated;
     const u64 w = linear_weight_bytes(r, d, g, l);
     u64 t = 0;
-    if (trained) {
-      t = l.params();
-      const u64 weight = l.weight_params() / l.copies;
+    if (trained) t = l.params();
+    if (const bool second_half = li > 0 && g.linears[li - 1].stored_with_next; trained && !second_half) {
+      // the optimizer steps parameters, not modules: fused experts are one [E, out, in] tensor,
+      // gate and up one [E, 2 I, h] (measured, peak dumps of tuning cases
+      // mixtral/h256-L3-V2048/full/fp32/gc/sdpa/b2s48/adafactor and
+      // qwen3_moe/h384-L2-V1024/full/bf16/nogc/eager/b1s64/adafactor: Adafactor's fp32 copies of
+      // the whole gate_up_proj stack)
+      const u64 weight = l.stored_with_next ? add(l.weight_params(), g.linears[li + 1].weight_params()) : l.weight_params();
       s.largest_trainable_tensor = std::max(s.largest_trainable_tensor, weight);
       s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, weight), previous));
       s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, weight), previous));
-      previous = l.bias_params() > 0 ? l.bias_params() / l.copies : weight;
+      previous = l.bias_params() > 0 ? l.bias_params() : weight;
     }
     (split ? gs.w_split : gs.w_repl) = add(split ? gs.w_split : gs.w_repl, w);
     (split ? gs.t_split : gs.t_repl) = add(split ? gs.t_split : gs.t_repl, t);
@@ -453,7 +459,10 @@ void set_optimizer_states(const Request& r, const StateDtypes& d, MixedMode mixe
     case Optimizer::AdamWFused: s.state_bytes = mul(2, sb, n); break;
     case Optimizer::AdamWLoop:
       s.state_bytes = mul(2, sb, n);
-      s.step_temporary = mul(sb, s.largest_trainable_tensor);  // denom = exp_avg_sq.sqrt() of one tensor
+      // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt) of one tensor: the sqrt and the
+      // quotient are both alive at the division (torch/optim/adam.py _single_tensor_adam; measured,
+      // peak dump of tuning case mixtral/h256-L2-V1024/full/bf16/nogc/sdpa/b1s64/adamw_loop at div)
+      s.step_temporary = mul(2, sb, s.largest_trainable_tensor);
       s.step_temporary_per_tensor = true;
       break;
     case Optimizer::AdamW8bit: s.state_bytes = bnb8_states(r, 2); break;  // step: one kernel per tensor, no temporaries

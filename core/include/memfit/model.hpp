@@ -40,6 +40,7 @@ struct Linear {
   LinearInput input = LinearInput::AttnIn;
   bool checkpoint_quantized = false;  ///< stored in the checkpoint's quantized format (ModelSpec::checkpoint_quant)
   bool peft_module = true;  ///< an nn.Linear PEFT can wrap; false for a custom module holding weight/bias (gpt-oss router)
+  bool stored_with_next = false;  ///< this weight and the next Linear's are one parameter (fused experts' gate_up_proj)
 
   [[nodiscard]] u64 weight_params() const { return mul(in, out, copies); }
   [[nodiscard]] u64 bias_params() const { return bias ? mul(out, copies) : 0; }
