@@ -61,6 +61,7 @@ void print_serving(const nlohmann::json& e) {
 }  // namespace
 
 void print_estimate(const nlohmann::json& e) {
+  for (const auto& w : e["warnings"]) std::printf("warning: %s\n", w.get<std::string>().c_str());
   if (e.contains("serving")) {
     print_serving(e);
     return;

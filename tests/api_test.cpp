@@ -11,7 +11,8 @@ using namespace memfit;
 TEST_CASE("estimate_json has the documented fields", "[api]") {
   const json e = json::parse(estimate_json(R"({"model": {"id": "meta-llama/Llama-2-7b-hf"}, "task": "lora"})"));
   REQUIRE_FALSE(e.contains("error"));
-  for (const char* k : {"params", "per_gpu", "peak_phase", "fits", "phases", "notes", "request", "model"}) CHECK(e.contains(k));
+  for (const char* k : {"params", "per_gpu", "peak_phase", "fits", "phases", "warnings", "notes", "request", "model"})
+    CHECK(e.contains(k));
   CHECK(e["params"]["total"] == 6'738'415'616ULL);
   CHECK(e["params"]["trainable"] == 8'388'608);  // rank 16 on q_proj and v_proj: 32 x 2 x 16 x (4096 + 4096)
   for (const char* k : {"allocated_peak_bytes", "reserved_peak_bytes", "device_total_bytes", "breakdown"})
@@ -20,6 +21,34 @@ TEST_CASE("estimate_json has the documented fields", "[api]") {
     CHECK(c["bytes"].get<u64>() > 0);
     CHECK_FALSE(c["formula"].get<std::string>().empty());
   }
+}
+
+TEST_CASE("warnings (what to weigh before trusting the figure) come apart from notes", "[api]") {
+  // bf16 on a V100 runs emulated, and a framework measured from its source only: warnings; the
+  // framework's default precision: a note. A serve request carries the request's warnings too.
+  const json e = json::parse(estimate_json(
+      R"({"model": {"id": "meta-llama/Llama-3.1-8B"}, "task": "lora", "precision": "bf16", "runtime": {"framework": "torchtune"},
+          "cluster": {"gpu": {"name": "V100-32GB"}}})"));
+  REQUIRE_FALSE(e.contains("error"));
+  const auto has = [](const json& list, const char* what) {
+    for (const json& s : list)
+      if (s.get<std::string>().find(what) != std::string::npos) return true;
+    return false;
+  };
+  CHECK(has(e["warnings"], "no native bf16"));
+  CHECK_FALSE(has(e["notes"], "no native bf16"));
+  CHECK(has(e["notes"], "own memory figure"));
+  CHECK_FALSE(has(e["warnings"], "own memory figure"));
+  const json s = json::parse(estimate_json(
+      R"({"model": {"id": "meta-llama/Llama-3.1-8B"}, "task": "serve", "precision": "bf16", "cluster": {"gpu": {"name": "V100-32GB"}}})"));
+  REQUIRE_FALSE(s.contains("error"));
+  CHECK(has(s["warnings"], "no native bf16"));
+  const json a = json::parse(estimate_json(
+      R"({"model": {"config": {"model_type": "brand_new_lm", "hidden_size": 64, "num_hidden_layers": 2,
+          "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 1000}}, "task": "lora"})"));
+  REQUIRE_FALSE(a.contains("error"));
+  CHECK(has(a["warnings"], "approximate"));
+  CHECK(has(a["model"]["warnings"], "approximate"));
 }
 
 TEST_CASE("malformed input comes back as an error object, never an exception", "[api][errors]") {

@@ -149,9 +149,9 @@ TEST_CASE("an unknown model_type with standard fields is estimated and flagged a
               {"num_attention_heads", 4},     {"intermediate_size", 128}, {"vocab_size", 1000}};
   const ModelSpec m = parse_model_config(cfg);
   CHECK(m.approximate);
-  REQUIRE_FALSE(m.notes.empty());
-  CHECK_THAT(m.notes.front(), Catch::Matchers::Contains("approximate"));
-  CHECK_THAT(m.notes.front(), Catch::Matchers::Contains("family_traits.cpp"));  // says what to do
+  REQUIRE_FALSE(m.warnings.empty());
+  CHECK_THAT(m.warnings.front(), Catch::Matchers::Contains("approximate"));
+  CHECK_THAT(m.warnings.front(), Catch::Matchers::Contains("family_traits.cpp"));  // says what to do
 }
 
 TEST_CASE("absurd sizes give a clear error or an exact huge count, never a wrapped number", "[model][hostile]") {
@@ -256,8 +256,8 @@ TEST_CASE("a multimodal wrapper whose vision tower memfit does not know says it 
               {"vision_config", {{"hidden_size", 32}}}};
   const ModelSpec m = parse_model_config(cfg);
   CHECK(m.vision_params == 0);
-  REQUIRE_FALSE(m.notes.empty());
-  CHECK_THAT(m.notes.back(), Catch::Matchers::Contains("not counted"));
+  REQUIRE_FALSE(m.warnings.empty());  // an under-count: a warning, not a note
+  CHECK_THAT(m.warnings.back(), Catch::Matchers::Contains("not counted"));
 }
 
 TEST_CASE("family traits: attention kernels, PEFT targets and config-driven flags come from the table", "[model][traits]") {

@@ -296,6 +296,6 @@ TEST_CASE("LitGPT runs its own modules: no config dropout, torch's fused GELU", 
   CHECK(lit.model.embedding_dropout == 0);
   CHECK(lit.model.activation == "gelu_pytorch_tanh");
   bool said = false;
-  for (const std::string& w : lit.warnings) said = said || w.find("no dropout modules") != std::string::npos;
+  for (const std::string& n : lit.notes) said = said || n.find("no dropout modules") != std::string::npos;
   CHECK(said);
 }

@@ -345,7 +345,7 @@ async function recompute() {
   showError(null);
   render();
   const slow = bf16Warning(result);
-  if (slow) showFieldMessages(form, { ...problems, precision: { warning: slow } });
+  if (slow) showFieldMessages(form, { ...problems, precision: { warning: slow.charAt(0).toUpperCase() + slow.slice(1) } });
   $('timing').textContent = result.planMs != null ? `Plan computed in ${Math.round(result.planMs)} ms (in ${core.where}).` : '';
   window.memfit = { result: lastResult, planMs: result.planMs, ms: result.ms };
   announceModel({ ref: model.ref });
@@ -355,7 +355,7 @@ async function recompute() {
 
 function render() {
   const result = lastResult;
-  const ctx = context(result.request, lastModel);
+  const ctx = { ...context(result.request, lastModel), atControls: [bf16Warning(result)].filter(Boolean) };
   const reco = $('recommendation');
   reco.hidden = false;
   renderRecommendation(reco, result, ctx, applyPatch);
@@ -373,15 +373,10 @@ function render() {
 
 /**
  * bf16 on a GPU without it (V100, T4): the run starts, because PyTorch emulates bf16 there, with
- * the same memory but much slower; the core notes it, and the page says it at the Precision control.
+ * the same memory but much slower; the core warns, and the page says it at the Precision control
+ * (not again in the answer's warnings).
  */
-function bf16Warning(result) {
-  const precision = result.estimate?.request.precision;
-  const gpu = gpus.get(state.gpu);
-  if (!gpu || gpu.bf16 !== false || !/bf16/.test(precision ?? '')) return null;
-  return `The ${gpu.label} has no native bf16: PyTorch emulates it (same memory, much slower). ` +
-    'fp16 mixed precision is the usual choice on it.';
-}
+const bf16Warning = (result) => result.estimate?.warnings?.find((w) => /no native bf16/.test(w)) ?? null;
 
 /**
  * What the run loads and what it trains, in words, from the request the core answered (its

@@ -35,7 +35,7 @@ const FIT_WORDS = { fit: 'fits', tight: 'tight (over 90%)', oom: 'does not fit' 
 const stat = (label, value, hint) => h('div', { class: 'stat' }, h('dt', {}, label), h('dd', {}, value), hint ? h('dd', { class: 'hint' }, hint) : null);
 
 /** No layout fits: the closest one, by how much it misses, and the single changes that fit. */
-function renderNothingFits(el, plan, where, onPatch) {
+function renderNothingFits(el, plan, where, warnings, onPatch) {
   const nf = plan.nothing_fits;
   const closest = nf && plan.candidates[nf.closest_index];
   const fixes = nf ? nf.suggestions.filter((s) => s.fits) : [];
@@ -46,6 +46,7 @@ function renderNothingFits(el, plan, where, onPatch) {
     h('p', { class: 'kicker' }, `Training on ${where}`),
     h('p', { class: 'headline oom' }, 'Nothing fits',
       closest ? h('span', { class: 'sub' }, ` — closest: ${closest.label}, ${gib(closest.per_gpu.device_total_bytes)} per GPU`) : null),
+    warnings,
     closest ? h('p', { class: 'why' }, `At micro-batch 1 it misses by ${gib(nf.missing_bytes)}: the planner allows ${gib(plan.budget_bytes)} per GPU ` +
       `(${gib(plan.gpu.memory_bytes)} less ${Math.round(100 * (1 - plan.budget_bytes / plan.gpu.memory_bytes))}% headroom). Its breakdown is below.`) : null,
     fixes.length ? h('p', { class: 'fix-head' }, 'Any one of these changes makes it fit (select one to apply it):') : null,
@@ -60,6 +61,13 @@ function renderNothingFits(el, plan, where, onPatch) {
 }
 const sentence = (t) => t.charAt(0).toUpperCase() + t.slice(1);
 
+/** What to weigh before trusting the answer (an approximate architecture, parts not counted, figures
+ *  not measured), less what a form control already says (ctx.atControls). */
+function warningList(estimate, ctx) {
+  const shown = (estimate?.warnings ?? []).filter((w) => !(ctx.atControls ?? []).includes(w));
+  return shown.length ? h('ul', { class: 'warnings', id: 'answer-warnings' }, shown.map((w) => h('li', {}, sentence(w)))) : null;
+}
+
 export function renderRecommendation(el, result, ctx, onPatch) {
   el.onclick = null;
   const { plan, estimate } = result;
@@ -72,6 +80,7 @@ export function renderRecommendation(el, result, ctx, onPatch) {
       h('p', { class: 'kicker' }, `Serving on ${where}`),
       h('p', { class: `headline ${cls}` }, estimate.fits ? 'Fits' : 'Does not fit',
         h('span', { class: 'sub' }, ` — ${gib(pg.device_total_bytes)} of ${gib(pg.gpu_memory_bytes)} per GPU`)),
+      warningList(estimate, ctx),
       h('dl', { class: 'stats' },
         stat('KV cache per token', bytesShort(inf.kv_cache_bytes_per_token), 'all layers, per GPU'),
         stat('KV cache', bytesShort(inf.kv_cache_bytes), `batch ${ctx.ibatch} × ${num(ctx.ictx)} tokens`),
@@ -84,19 +93,21 @@ export function renderRecommendation(el, result, ctx, onPatch) {
   }
   const r = plan.recommendation;
   if (!r) {
-    renderNothingFits(el, plan, where, onPatch);
+    renderNothingFits(el, plan, where, warningList(estimate, ctx), onPatch);
     return;
   }
   const pg = r.per_gpu;
-  el.replaceChildren(
+  el.replaceChildren(...[
     h('p', { class: 'kicker' }, `Recommended for training on ${where}`),
     h('p', { class: 'headline fit', title: layoutWords(r) }, r.label, h('span', { class: 'sub' }, ` at micro-batch ${r.max_micro_batch}`)),
+    warningList(estimate, ctx),
     h('dl', { class: 'stats' },
       stat('Throughput', `${num(r.tokens_per_s)} tokens/s`, `${r.step_time_s.toFixed(2)} s per step, MFU ${Math.round(plan.assumed_mfu * 100)}% assumed`),
       stat('Per GPU', gib(pg.device_total_bytes), `of ${gib(pg.gpu_memory_bytes)} (nvidia-smi)`),
       stat('Headroom', gib(pg.gpu_memory_bytes - pg.device_total_bytes), `${Math.round((1 - pg.utilization) * 100)}% free`),
       r.cpu_ram_bytes ? stat('CPU RAM', gib(r.cpu_ram_bytes), 'for offloaded states') : null),
-    h('p', { class: 'why' }, plan.recommendation_text));
+    h('p', { class: 'why' }, plan.recommendation_text),
+  ].filter(Boolean));
 }
 
 /** Columns worth showing: up to the first micro-batch where every layout is out of memory. */
@@ -248,7 +259,8 @@ export function toMarkdown(result, ctx) {
     ? `batch ${num(req.inference.batch_size)} × context ${num(req.inference.context_length)} tokens`
     : `sequence length ${num(req.sequence_length)}`;
   const lines = [`# memfit: ${ctx.modelName} on ${ctx.gpus} × ${ctx.gpuLabel}`, '',
-    `Task ${req.task}, precision ${req.precision}, ${shape}` + (req.quantization ? `, quantization ${req.quantization}` : '') + '.', ''];
+    `Task ${req.task}, precision ${req.precision}, ${shape}` + (req.quantization ? `, quantization ${req.quantization}` : '') + '.', '',
+    ...(estimate?.warnings ?? []).flatMap((w) => [`> **Warning:** ${w}`, ''])];
   if (plan) {
     lines.push(plan.recommendation ? `**Recommendation:** ${plan.recommendation_text}` : `**Nothing fits:** ${plan.recommendation_text}.`, '',
       '| Layout | Max micro-batch | GiB per GPU | Tokens/s | CPU RAM GiB |', '|---|---:|---:|---:|---:|',

@@ -94,7 +94,7 @@ function gpuLabel(base) {
   return `a ${base.gpu.memory_gib} GiB GPU`;
 }
 
-function renderSummary(s, controls, base) {
+function renderSummary(s, warnings, controls, base) {
   const p = $('serve-summary');
   const lines = [
     `${s.engine_profile} on ${gpuLabel(base)}: model weights ${(s.weights_bytes / GIB).toFixed(2)} GiB per GPU, KV cache ${(s.kv_cache_bytes / GIB).toFixed(2)} GiB`,
@@ -103,7 +103,7 @@ function renderSummary(s, controls, base) {
       : `One ${controls.context.toLocaleString('en-US')}-token request does not fit (${(s.shortfall_bytes / GIB).toFixed(2)} GiB short)` +
         (s.fixes.length ? `; would fit with ${s.fixes.map((f) => f.change).join(', or ')}.` : '.'),
   ];
-  p.replaceChildren(...lines.map((t) => el('p', {}, t)));
+  p.replaceChildren(...lines.map((t) => el('p', {}, t)), ...warnings.map((w) => el('p', { class: 'field-msg warning' }, `Warning: ${w}`)));
 }
 
 export async function startServePanel(apiPromise = loadMemfit()) {
@@ -139,7 +139,8 @@ export async function startServePanel(apiPromise = loadMemfit()) {
       $('serve-error').textContent = err ? err.error : '';
       renderGrid(rows, controls);
       try {
-        renderSummary(api.estimate(serveRequest(base, controls, controls.context)).serving, controls, base);
+        const answer = api.estimate(serveRequest(base, controls, controls.context));
+        renderSummary(answer.serving, answer.warnings ?? [], controls, base);
       } catch (e) {
         $('serve-summary').replaceChildren(el('p', {}, e.message));
       }

@@ -37,7 +37,8 @@ json model_json(const ModelSpec& m, const std::string& id) {
   json j = json_object({{"model_type", m.model_type}, {"family", m.family},     {"approximate", m.approximate},
                         {"hidden_size", m.hidden},    {"layers", m.layers},     {"heads", m.heads},
                         {"kv_heads", m.kv_heads},     {"head_dim", m.head_dim}, {"vocab_size", m.vocab},
-                        {"tied_embeddings", m.tied_embeddings}, {"notes", m.notes}});
+                        {"tied_embeddings", m.tied_embeddings}, {"notes", m.notes},
+                        {"warnings", m.warnings}});
   if (!id.empty()) j["id"] = id;
   u64 experts = 0;
   for (const LayerGroup& g : m.groups) experts = std::max(experts, g.experts);
@@ -133,6 +134,7 @@ json estimate_to_json(const Estimate& e, const Request& r) {
                         {"phases", phases},
                         {"fits", e.fits},
                         {"cpu_ram_bytes", e.cpu_ram_bytes},
+                        {"warnings", e.warnings},
                         {"notes", e.notes},
                         {"request", request_to_json(r)}});
   if (r.task == Task::Inference)
@@ -152,6 +154,7 @@ json serve_to_json(const Request& r) {
                       {"gpu", json_object({{"name", r.gpu.name}, {"memory_bytes", r.gpu.memory_bytes}})},
                       {"serving", serving_to_json(e)},
                       {"fits", e.fits},
+                      {"warnings", warnings_of(r)},
                       {"notes", e.notes},
                       {"request", request_to_json(r)}});
 }

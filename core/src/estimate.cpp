@@ -1247,9 +1247,10 @@ Estimate estimate_from(const Request& r, AllocatedFrom from) {
   e.params = params;
   std::vector<std::string> notes = r.model.notes;
   for (const std::string& n : layout.notes) notes.push_back(n);
-  for (const std::string& n : r.warnings) notes.push_back(n);
+  for (const std::string& n : r.notes) notes.push_back(n);
   for (const std::string& n : e.notes) notes.push_back(n);
   e.notes = notes;
+  e.warnings = warnings_of(r);
   return e;
 }
 

@@ -232,7 +232,7 @@ void resolve_precision(Request& r, const FrameworkTraits& fw) {
   if (r.task == Task::Inference) return;
   const bool lora = r.task == Task::Lora || r.task == Task::Qlora;
   r.precision = load_precision(lora ? fw.lora_load : fw.full_load, r.model);
-  r.warnings.push_back(std::string("precision \"") + to_string(r.precision) + "\": the " + fw.name + " " +
+  r.notes.push_back(std::string("precision \"") + to_string(r.precision) + "\": the " + fw.name + " " +
                        fw.modelled_version + " default for " + (lora ? "LoRA/QLoRA" : "full fine-tuning") +
                        (lora && !fw.adapters_in_model_dtype ? (r.lora.adapter_bytes == 2 ? " (bf16 adapters)" : " (fp32 adapters)") : "") + "; set precision to override" +
                        (!lora && fw.lora_load == LoadDtype::Checkpoint && fw.full_load != LoadDtype::Checkpoint
@@ -263,13 +263,13 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
   if (!fw.runs_config_dropout) {
     ModelSpec& m = r.model;
     if (m.attention_dropout > 0 || m.hidden_dropout > 0 || m.embedding_dropout > 0)
-      r.warnings.push_back(std::string(fw.name) + "'s own model has no dropout modules: the config's attention / "
+      r.notes.push_back(std::string(fw.name) + "'s own model has no dropout modules: the config's attention / "
                            "residual / embedding dropout does not apply");
     m.attention_dropout = m.hidden_dropout = m.embedding_dropout = 0;
   }
   if (fw.unties_embeddings && r.model.tied_embeddings) {
     r.model.tied_embeddings = false;
-    r.warnings.push_back(std::string(fw.name) + " copies the tied embedding into a separate lm_head: counted as two matrices");
+    r.notes.push_back(std::string(fw.name) + " copies the tied embedding into a separate lm_head: counted as two matrices");
   }
   if (fw.fused_mlp_activation)
     for (const auto& [python_ops, fused] : kFusedActivation)
@@ -294,7 +294,7 @@ void apply_framework_defaults(Request& r, const GivenFields& given) {
                          " fuses the LM head with the loss (no [batch, sequence, vocab] logits); memfit models the "
                          "unfused head, so logits_loss is an over-estimate for it");
   if (r.runtime.framework != Framework::Transformers && r.task != Task::Inference)
-    r.warnings.push_back(std::string(fw.name) + "'s own memory figure: " + fw.memory_report);
+    r.notes.push_back(std::string(fw.name) + "'s own memory figure: " + fw.memory_report);
   if (!fw.measured_on_cpu)
     r.warnings.push_back(std::string(fw.name) + ": its defaults are read from its source (" + fw.source +
                          "); memfit's CPU validator does not run its own training step, so its figures are not measured");

@@ -968,7 +968,7 @@ void build_unknown(Builder& b) {
                 "\" is not one memfit knows, and its config.json has no attention heads: it is not a transformer "
                 "memfit can estimate as Llama-like. Supported model_types: `memfit models`");
   b.m.approximate = true;
-  b.m.notes.push_back("model_type \"" + b.m.model_type +
+  b.m.warnings.push_back("model_type \"" + b.m.model_type +
                       "\" is not one memfit models exactly: estimated as a Llama-style decoder from its standard "
                       "fields; parameter count and activations are approximate. For an exact figure pass the "
                       "config of a supported model_type (`memfit models`), or add the family to "
@@ -1244,7 +1244,7 @@ void add_vision_tower(ModelSpec& m, const std::string& wrapper, const json& conf
     m.notes.push_back("multimodal config (" + wrapper + "): the vision tower and projector (" + std::to_string(vision) +
                       " parameters) are counted in the weights; activations are those of text-only inputs");
   } else {
-    m.notes.push_back("multimodal config (" + wrapper + "): the language model (text_config, " + m.model_type +
+    m.warnings.push_back("multimodal config (" + wrapper + "): the language model (text_config, " + m.model_type +
                       ") is estimated; the vision tower and projector are not counted");
   }
 }

@@ -543,6 +543,12 @@ Request parse_request(const json& j, ConfigLookup config_for_id) {
   return r;
 }
 
+std::vector<std::string> warnings_of(const Request& r) {
+  std::vector<std::string> w = r.model.warnings;
+  w.insert(w.end(), r.warnings.begin(), r.warnings.end());
+  return w;
+}
+
 json request_to_json(const Request& r) {
   json j;
   j["model"] = r.model_id.empty() ? json_object({{"config", "(inline)"}}) : json_object({{"id", r.model_id}});

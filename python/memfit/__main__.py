@@ -48,6 +48,8 @@ def print_estimate(e):
             json.dumps(inf["max_context_at_batch"])))
     if e["cpu_ram_bytes"] > 0:
         print("CPU RAM for offload: %.1f GiB" % (e["cpu_ram_bytes"] / _GIB))
+    for w in e.get("warnings", []):
+        print(f"warning: {w}")
     for n in e["notes"]:
         print(f"note: {n}")
 

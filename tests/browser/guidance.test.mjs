@@ -281,6 +281,36 @@ test('bf16 on a GPU without it (V100): the answer stands, and the Precision cont
   await context.close();
 });
 
+test('an architecture memfit only approximates: the answer card says so before the figures, and the Markdown export too', async () => {
+  hubMode = 'down';
+  try {
+    const { page, errors, context } = await fresh();
+    await page.fill('#model', 'some-org/brand-new-lm');
+    await page.press('#model', 'Enter');
+    await waitText(page, '#model-status', /Could not reach huggingface\.co/);
+    const config = { ...JSON.parse(olmo), model_type: 'brand_new_lm', architectures: ['BrandNewForCausalLM'] };
+    await page.setInputFiles('#config-file', { name: 'brand-new.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(config)) });
+    await waitText(page, '#answer-warnings', /is not one memfit models exactly: estimated as a Llama-style decoder/);
+    // in the answer card, right under the headline
+    assert.equal(await page.evaluate(() => document.querySelector('#answer-warnings').previousElementSibling.classList.contains('headline')), true);
+    await screenshot(page, 'approximate-warning');
+    const [md] = await Promise.all([page.waitForEvent('download'), page.click('#export-md')]);
+    assert.match(await readFile(await md.path(), 'utf8'), /> \*\*Warning:\*\* model_type "brand_new_lm" is not one memfit models exactly/);
+    assert.deepEqual(errors, []);
+    await context.close();
+  } finally {
+    hubMode = 'up';
+  }
+});
+
+test('bf16 on a V100 is said once, at the Precision control, not again in the answer card', async () => {
+  const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=lora&gpu=V100-32GB&precision=amp_bf16');
+  await waitText(page, '#msg-precision', /no native bf16/);
+  const card = await page.locator('#answer-warnings').count() ? await text(page, '#answer-warnings') : '';
+  assert.doesNotMatch(card, /no native bf16/);
+  await context.close();
+});
+
 test('a recommended micro-batch between the grid\'s columns (6 between 4 and 8) is marked on its row\'s Max cell', async () => {
   const { page, context } = await fresh('#model=meta-llama/Llama-3.1-8B&gpus=8');
   const reco = await page.evaluate(() => window.memfit.result.plan.recommendation);

@@ -15,7 +15,7 @@ const keys = (o) => Object.keys(o).sort();
 
 test('estimate returns the documented fields', () => {
   const e = api.estimate(llama);
-  assert.deepEqual(keys(e), ['cpu_ram_bytes', 'fits', 'model', 'notes', 'params', 'peak_phase', 'per_gpu', 'phases', 'request', 'version']);
+  assert.deepEqual(keys(e), ['cpu_ram_bytes', 'fits', 'model', 'notes', 'params', 'peak_phase', 'per_gpu', 'phases', 'request', 'version', 'warnings']);
   assert.deepEqual(keys(e.per_gpu), ['allocated_method', 'allocated_peak_bytes', 'breakdown', 'device_total_bytes', 'gpu_memory_bytes', 'headroom_bytes',
     'reserved_method', 'reserved_peak_bytes', 'utilization']);
   assert.ok(e.per_gpu.breakdown.length > 0);

@@ -45,7 +45,8 @@ struct Estimate {
   bool fits = false;                  ///< device_total_bytes <= gpu_memory_bytes
   u64 cpu_ram_bytes = 0;              ///< host memory the setup needs (offload, pinned buffers)
   InferenceFigures inference;
-  std::vector<std::string> notes;
+  std::vector<std::string> notes;     ///< how the figures were made (layout, precision mode, defaults)
+  std::vector<std::string> warnings;  ///< what to weigh before trusting them (ModelSpec and Request warnings)
   /// How reserved_peak_bytes was found: "simulated allocator over the tensor schedule" (the
   /// setups the schedule covers, on CUDA), "approximate rule", or none on CPU.
   std::string reserved_method;

@@ -109,7 +109,8 @@ struct ModelSpec {
   std::string model_type;       ///< as read from the config (text part for multimodal files)
   std::string family;           ///< the implementation memfit models it as ("llama", "gpt2", ...)
   bool approximate = false;     ///< unknown model_type estimated from standard fields
-  std::vector<std::string> notes;  ///< what the reader should know (approximations, parts not counted)
+  std::vector<std::string> notes;     ///< what the reader should know (heads, storage formats)
+  std::vector<std::string> warnings;  ///< what makes the figure less certain (approximations, parts not counted)
 
   u64 hidden = 0;
   u64 vocab = 0;

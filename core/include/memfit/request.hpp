@@ -177,7 +177,10 @@ struct Request {
   Parallelism parallelism;
   Runtime runtime;
   Device device = Device::Cuda;
-  std::vector<std::string> warnings;  ///< things the request implies that the user should know
+  /// What the user should act on or weigh before trusting "fits": emulated kernels, a context past
+  /// the model's positions, figures not measured, a default the framework would reject.
+  std::vector<std::string> warnings;
+  std::vector<std::string> notes;  ///< what the request resolved to (framework defaults), for the record
 };
 
 /// Parses a request object. `config_for_id` resolves {"model": {"id": ...}} to a config.json
@@ -193,6 +196,9 @@ using ConfigLookup = bool (*)(const std::string& id, nlohmann::json& config);
 
 /// The request as JSON, every default filled in (what the page shows and the URL stores).
 [[nodiscard]] nlohmann::json request_to_json(const Request& r);
+
+/// What to weigh before trusting a figure for `r`: the model's warnings, then the request's.
+[[nodiscard]] std::vector<std::string> warnings_of(const Request& r);
 
 [[nodiscard]] const char* to_string(Task t);
 [[nodiscard]] const char* to_string(Precision p);
