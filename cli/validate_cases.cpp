@@ -143,6 +143,10 @@ void estimate_all(std::vector<Case>& cases, const std::string& device, const jso
     const std::string dev = k.workload.value("device", device);
     k.request = core_request(k.workload, dev, gpu_for);
     const json e = json::parse(memfit::estimate_json(k.request.dump()));
+    if (e.value("rejected", false)) {  // a run the framework rejects: compared with what the run did
+      k.refused = e["error"].get<std::string>();
+      continue;
+    }
     if (e.contains("error")) {
       problems.emplace_back(k.index, "case " + std::to_string(k.index) + " (\"" + k.name + "\"): " + e["error"].get<std::string>());
       continue;

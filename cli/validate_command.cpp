@@ -135,6 +135,12 @@ void record(const Options& o, const std::vector<Case>& cases) {
     for (const json& r : k.results) {
       json line = r;
       line["request"] = k.workload;
+      if (!k.refused.empty()) {
+        line["estimate_when_recorded"] = {{"refused", k.refused}};
+        out << line.dump() << "\n";
+        ++n;
+        continue;
+      }
       const json& pg = k.estimate["per_gpu"];
       line["estimate_when_recorded"] = {{"version", k.estimate["version"]},
                                         {"allocated_peak_bytes", pg["allocated_peak_bytes"]},

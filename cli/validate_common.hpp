@@ -46,7 +46,8 @@ struct Case {
   std::string name, family;
   json workload;     ///< what validate/workload.py receives (config inline, workload defaults filled)
   json request;      ///< what the core estimates
-  json estimate;     ///< the core's answer
+  json estimate;     ///< the core's answer (null when it refuses the run)
+  std::string refused;  ///< the core's refusal of a run the framework rejects (memfit::Rejected)
   int nproc = 1;     ///< ranks (1: a plain process)
   std::vector<json> results;  ///< workload lines, one per rank
   std::string run_error;      ///< the process died or timed out before answering

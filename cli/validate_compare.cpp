@@ -205,6 +205,36 @@ bool fill_unmeasured(Report& rep, const Case& k, const Options& o, const json& e
   return false;
 }
 
+/// A case the core refuses (memfit::Rejected): "refused" when the run failed too (the two agree),
+/// a failure when it ran, as there memfit refused a run that works.
+Report refused_report(const Case& k) {
+  Report rep;
+  rep.c = &k;
+  rep.status = "error";
+  rep.failed = true;
+  if (k.results.empty()) {
+    rep.note = "memfit refuses it (" + first_line(k.refused, 100) + "); " +
+               (k.run_error.empty() ? std::string("no result line for this case") : k.run_error);
+    return rep;
+  }
+  for (const json& r : k.results)
+    if (r.value("unsupported", false)) {
+      rep.status = "unsupported";
+      rep.failed = false;
+      rep.note = str(r, "error");
+      return rep;
+    }
+  for (const json& r : k.results)
+    if (r.contains("error") || r.value("oom", false)) {
+      rep.status = "refused";
+      rep.failed = false;
+      rep.note = "memfit refuses it, and the run failed: " + first_line(str(r, "error", "out of memory"), 160);
+      return rep;
+    }
+  rep.note = "the run completed, but memfit refuses it: " + first_line(k.refused, 100);
+  return rep;
+}
+
 // The busiest rank (the estimate describes the busiest one).
 const json& busiest_rank(const std::vector<json>& results) {
   const json* top = &results.front();
@@ -254,6 +284,7 @@ void add_cuda_rows(Report& rep, const Case& k, const Options& o, const json& pg,
 }  // namespace
 
 Report compare(const Case& k, const Options& o) {
+  if (!k.refused.empty()) return refused_report(k);
   Report rep;
   rep.c = &k;
   const json& e = k.estimate;
@@ -292,6 +323,7 @@ Summary summarise(const std::vector<Report>& reps) {
       ++s.unsupported;
       ++s.unsupported_reasons[first_line(r.note, 100)];
     } else if (r.status == "oom") (r.failed ? s.oom_wrong : s.oom_agree)++;
+    else if (r.status == "refused") ++s.refused_agree;
     else ++s.errors;
   }
   s.all = stats_of(all);
@@ -321,7 +353,7 @@ Summary summarise(const std::vector<Report>& reps) {
       s.by_metric.emplace_back(mname, st);
     }
   const bool failed = std::any_of(reps.begin(), reps.end(), [](const Report& r) { return r.failed; });
-  s.exit_code = (s.all.over > 0 || failed || s.all.rows == 0) ? kFail : kPass;
+  s.exit_code = (s.all.over > 0 || failed || (s.all.rows == 0 && s.refused_agree == 0)) ? kFail : kPass;
   return s;
 }
 

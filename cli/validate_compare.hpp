@@ -50,6 +50,7 @@ struct Summary {
   Stats all;
   std::vector<std::pair<std::string, Stats>> by_family, by_metric;
   size_t cases = 0, ok = 0, unsupported = 0, oom_agree = 0, oom_wrong = 0, errors = 0, cases_over = 0;
+  size_t refused_agree = 0;  ///< runs memfit refuses that failed when run (see refused_report)
   std::map<std::string, size_t> unsupported_reasons;
   int exit_code = kPass;
 };

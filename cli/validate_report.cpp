@@ -96,8 +96,10 @@ void print_table(const std::vector<Report>& reps, const Summary& s, const Option
   std::printf("\nerror %% = (estimate - measured) / measured; ! = over the %g %% tolerance. CPU: peak allocated = the "
               "live-tensor peak; CUDA: torch.cuda max_memory_allocated / max_memory_reserved / NVML device used.\n",
               o.tolerance);
-  std::printf("\n%zu cases: %zu compared, %zu unsupported, %zu OOM (%zu as estimated, %zu not), %zu errors\n", s.cases, s.ok,
+  std::printf("\n%zu cases: %zu compared, %zu unsupported, %zu OOM (%zu as estimated, %zu not), %zu errors", s.cases, s.ok,
               s.unsupported, s.oom_agree + s.oom_wrong, s.oom_agree, s.oom_wrong, s.errors);
+  if (s.refused_agree) std::printf(", %zu refused by memfit and failed when run", s.refused_agree);
+  std::printf("\n");
   for (const auto& [reason, n] : s.unsupported_reasons) std::printf("  unsupported (%zu): %s\n", n, reason.c_str());
   if (s.all.rows)
     std::printf("|error|: max %.2f %% (%s, %s), median %.2f %%; %zu of %zu figures (%zu of %zu cases) over the %g %% tolerance\n",
@@ -145,8 +147,10 @@ void print_markdown(const std::vector<Report>& reps, const Summary& s, const Opt
     }
   }
   std::printf("\nerror %% = (estimate − measured) / measured; **!** = over the %g %% tolerance.\n\n", o.tolerance);
-  std::printf("- cases: %zu (%zu compared, %zu unsupported, %zu OOM as estimated, %zu OOM not as estimated, %zu errors)\n", s.cases,
+  std::printf("- cases: %zu (%zu compared, %zu unsupported, %zu OOM as estimated, %zu OOM not as estimated, %zu errors", s.cases,
               s.ok, s.unsupported, s.oom_agree, s.oom_wrong, s.errors);
+  if (s.refused_agree) std::printf(", %zu refused by memfit and failed when run", s.refused_agree);
+  std::printf(")\n");
   if (s.all.rows)
     std::printf("- |error|: max %.2f %% (`%s`, %s), median %.2f %%; %zu of %zu figures (%zu of %zu cases) over the tolerance\n",
                 s.all.max, md_escape(s.all.max_case).c_str(), s.all.max_metric.c_str(), s.all.median, s.all.over, s.all.rows,
@@ -184,20 +188,19 @@ void print_json(const std::vector<Report>& reps, const Summary& s, const Options
   json cases = json::array();
   for (const Report& r : reps) {
     const Case& k = *r.c;
-    const json& pg = k.estimate["per_gpu"];
-    json c = {{"name", k.name},
-              {"family", k.family},
-              {"status", r.status},
-              {"failed", r.failed},
-              {"ranks", k.nproc},
-              {"estimate",
-               {{"allocated_peak_bytes", pg["allocated_peak_bytes"]},
-                {"reserved_peak_bytes", pg["reserved_peak_bytes"]},
-                {"device_total_bytes", pg["device_total_bytes"]},
-                {"gpu_memory_bytes", pg["gpu_memory_bytes"]},
-                {"fits", k.estimate["fits"]},
-                {"peak_phase", k.estimate["peak_phase"]},
-                {"breakdown", pg["breakdown"]}}}};
+    json c = {{"name", k.name}, {"family", k.family}, {"status", r.status}, {"failed", r.failed}, {"ranks", k.nproc}};
+    if (!k.refused.empty()) {
+      c["estimate"] = {{"refused", k.refused}};
+    } else {
+      const json& pg = k.estimate["per_gpu"];
+      c["estimate"] = {{"allocated_peak_bytes", pg["allocated_peak_bytes"]},
+                       {"reserved_peak_bytes", pg["reserved_peak_bytes"]},
+                       {"device_total_bytes", pg["device_total_bytes"]},
+                       {"gpu_memory_bytes", pg["gpu_memory_bytes"]},
+                       {"fits", k.estimate["fits"]},
+                       {"peak_phase", k.estimate["peak_phase"]},
+                       {"breakdown", pg["breakdown"]}};
+    }
     if (!r.note.empty()) c["note"] = r.note;
     if (r.rank >= 0) c["rank"] = r.rank;
     json rows = json::array();
@@ -236,6 +239,7 @@ void print_json(const std::vector<Report>& reps, const Summary& s, const Options
               {"oom_as_estimated", s.oom_agree},
               {"oom_not_as_estimated", s.oom_wrong},
               {"errors", s.errors},
+              {"refused_as_run", s.refused_agree},
               {"cases_over_tolerance", s.cases_over},
               {"all", stats_json(s.all)},
               {"by_family", fam},
@@ -282,7 +286,8 @@ int dry_run(const Options& o, const std::vector<Case>& cases, const std::vector<
     j["commands"] = cmds;
     json cs = json::array();
     for (const Case& k : cases)
-      cs.push_back({{"name", k.name}, {"ranks", k.nproc}, {"request", k.request}, {"estimate", k.estimate}});
+      cs.push_back({{"name", k.name}, {"ranks", k.nproc}, {"request", k.request},
+                    {"estimate", k.refused.empty() ? k.estimate : json{{"refused", k.refused}}}});
     j["cases"] = cs;
     std::printf("%s\n", j.dump(2).c_str());
     return kPass;
@@ -311,12 +316,17 @@ int dry_run(const Options& o, const std::vector<Case>& cases, const std::vector<
   for (const Case& k : cases) w = std::max(w, k.name.size());
   const bool cuda = o.device == "cuda";
   double mx = 0;
-  for (const Case& k : cases) mx = std::max(mx, num(k.estimate["per_gpu"], "device_total_bytes"));
+  for (const Case& k : cases)
+    if (k.refused.empty()) mx = std::max(mx, num(k.estimate["per_gpu"], "device_total_bytes"));
   const Unit u = mx >= 10.0 * 1073741824.0 ? Unit{1073741824.0, "GiB"} : Unit{1048576.0, "MiB"};
   std::printf("\n%-*s %5s %14s %14s %14s  %-14s %s\n", static_cast<int>(w), "case", "ranks",
               (std::string("allocated ") + u.name).c_str(), (std::string("reserved ") + u.name).c_str(),
               (std::string("device ") + u.name).c_str(), "peak phase", cuda ? "fits" : "");
   for (const Case& k : cases) {
+    if (!k.refused.empty()) {
+      std::printf("%-*s %5d  refused: %s\n", static_cast<int>(w), k.name.c_str(), k.nproc, first_line(k.refused, 120).c_str());
+      continue;
+    }
     const json& pg = k.estimate["per_gpu"];
     std::string fits;
     if (cuda)

@@ -101,7 +101,12 @@ rm -rf "$cases_dir"
 # (MEMFIT_HOLDOUT9_TOLERANCE). cpu_holdout10.json, measured before any of its estimates was read,
 # is the figure to quote now: 1 of 160 over 2 % at its first replay (max 2.28 %); that pattern
 # (an OPT-like full bf16 eager run with accumulation) was then fixed on new tuning cases, so it is
-# gated at 2 % too (MEMFIT_HOLDOUT10_TOLERANCE) and no longer unseen evidence.
+# gated at 2 % too (MEMFIT_HOLDOUT10_TOLERANCE) and no longer unseen evidence. cpu_holdout11.json,
+# measured before any of its estimates was read: 1 of 159 over 2 % at its first replay (a Mixtral
+# full bf16 Adafactor run, -30.03 %), and one run PyTorch rejects (Adafactor under FSDP2); the
+# miss's pattern was fixed on new tuning cases (881c491) and the core now refuses that run
+# (memfit::Rejected, which the replay counts as agreement), so it is gated at 2 % too
+# (MEMFIT_HOLDOUT11_TOLERANCE).
 replay_holdout() {  # LABEL RECORD TOLERANCE
   echo "CPU validation, holdout set$1: replay of data/measurements/$2"
   ./build/native/cli/memfit validate --replay "data/measurements/$2" --tolerance "$3"
@@ -111,6 +116,7 @@ for n in 2 3 4 5 6 7; do replay_holdout " $n" "cpu-holdout$n.jsonl" "${MEMFIT_HO
 replay_holdout " 8" cpu-holdout8.jsonl "${MEMFIT_HOLDOUT8_TOLERANCE:-2}"
 replay_holdout " 9" cpu-holdout9.jsonl "${MEMFIT_HOLDOUT9_TOLERANCE:-2}"
 replay_holdout " 10" cpu-holdout10.jsonl "${MEMFIT_HOLDOUT10_TOLERANCE:-2}"
+replay_holdout " 11" cpu-holdout11.jsonl "${MEMFIT_HOLDOUT11_TOLERANCE:-2}"
 # BERT (validate/bert_suite.py; the encoder path: BertForMaskedLM with MLM labels and
 # BertForSequenceClassification, fed what HF Trainer feeds them): the tuning record and the check
 # record (other shapes, measured after the first BERT fixes, never tuned on; its two misses at the

@@ -229,3 +229,55 @@ TEST_CASE("FSDP no_sync accumulation keeps full fine-tuning's gradients unsharde
   j["parallelism"]["unsharded_grad_accumulation"] = false;
   CHECK(static_cast<double>(part(run(j), "gradients")) < all_grads / 2);
 }
+
+TEST_CASE("transformers' Adafactor under DeepSpeed ZeRO steps flat partitions; under FSDP2 it is refused", "[parallel][zero]") {
+  // DeepSpeed hands the optimizer one flat fp32 partition per parameter group (stage_1_and_2.py,
+  // stage3.py _optimizer_step), a vector Adafactor does not factor: a full fp32 second moment.
+  const u64 n = 6'738'415'616;
+  auto with = [](const char* method, int gpus) {
+    json j = llama(method, gpus);
+    j["optimizer"] = "adafactor";
+    return j;
+  };
+  const Estimate ddp = run(with("ddp", 8)), z2 = run(with("zero2", 8)), z3 = run(with("zero3", 8));
+  CHECK(part(ddp, "optimizer_states") < n / 100);  // factored rows and columns of each matrix
+  CHECK(part(z2, "optimizer_states") == (4 * n + 7) / 8);
+  CHECK(part(z3, "optimizer_states") == (4 * n + 7) / 8);
+  // the step's two fp32 copies are the size of the rank's whole partition, not of one matrix
+  CHECK(part(z2, "temporary_buffers") >= 2 * 4 * (n / 8));
+  // ZeRO-3 steps sub-groups of at most 1e9 elements; ZeRO-2 the whole partition
+  const Estimate z2_2 = run(with("zero2", 2)), z3_2 = run(with("zero3", 2));
+  CHECK(part(z2_2, "temporary_buffers") >= 2 * 4 * (n / 2));
+  CHECK(part(z3_2, "temporary_buffers") < 2 * 4 * (n / 2));
+  // an element-wise optimizer is the same flat or not: AdamW's states stay 8 bytes per parameter
+  CHECK(part(run(llama("zero2", 8)), "optimizer_states") == 8 * n / 8);
+
+  // FSDP2 (fully_shard) fails at the first step (holdout 11, measured): a refusal the validator
+  // can tell from a request it could not read
+  const json fsdp = json::parse(estimate_json(with("fsdp_full_shard", 8).dump()));
+  REQUIRE(fsdp.contains("error"));
+  CHECK(fsdp.value("rejected", false));
+  CHECK_THAT(fsdp["error"].get<std::string>(), Catch::Matchers::Contains("DTensor"));
+  CHECK_THAT(fsdp["error"].get<std::string>(), Catch::Matchers::Contains("zero"));
+  const json bad = json::parse(estimate_json(R"({"model": {"id": "nope/nope"}})"));
+  CHECK_FALSE(bad.value("rejected", false));  // an unreadable request is not a framework's refusal
+
+  // the planner leaves the FSDP layouts out, saying why, and plans ZeRO
+  json p = with("zero2", 8);
+  p.erase("parallelism");
+  p.erase("num_gpus");
+  p.erase("micro_batch_size");
+  p["cluster"] = {{"gpu", {{"name", "A100-80GB"}}}, {"num_gpus", 8}};
+  const json plan = json::parse(plan_json(p.dump()));
+  REQUIRE_FALSE(plan.contains("error"));
+  bool zero = false, fsdp_candidate = false;
+  for (const json& c : plan["candidates"]) {
+    zero = zero || c["method"] == "zero2";
+    fsdp_candidate = fsdp_candidate || c["method"].get<std::string>().rfind("fsdp", 0) == 0;
+  }
+  CHECK(zero);
+  CHECK_FALSE(fsdp_candidate);
+  bool said = false;
+  for (const json& sk : plan["skipped"]) said = said || sk["error"].get<std::string>().find("DTensor") != std::string::npos;
+  CHECK(said);
+}

@@ -57,6 +57,8 @@ json params_json(const ParamCounts& p, u64 trainable) {
 std::string run_guarded(json (*f)(const void*), const void* context) {
   try {
     return f(context).dump();
+  } catch (const Rejected& e) {
+    return json_object({{"error", e.what()}, {"rejected", true}}).dump();
   } catch (const Error& e) {
     return json_object({{"error", e.what()}}).dump();
   } catch (const json::exception& e) {

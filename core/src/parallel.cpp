@@ -108,6 +108,15 @@ Layout make_layout(const Request& r) {
     throw Error("CPU offload needs a ZeRO or FSDP method (zero1/zero2/zero3/fsdp_*)");
   if (l.offload_params && !shards_params(l.method))
     throw Error("parameter offload needs ZeRO-3 or FSDP (\"zero3\", \"fsdp_full_shard\")");
+  // transformers' Adafactor builds its factored row / column states as plain tensors and adds
+  // DTensor means into them (optimization.py Adafactor.step: exp_avg_sq_row.add_(update.mean(-1))),
+  // which FSDP2's DTensor parameters refuse at the first step (measured: holdout 11's
+  // qwen3/.../adafactor/fsdp_shard_grad_opx2, "aten.add_.Tensor got mixed torch.Tensor and DTensor").
+  if (r.optimizer == Optimizer::Adafactor && is_fsdp(l.method) && r.task != Task::Inference)
+    throw Rejected("transformers' Adafactor fails at the first step under FSDP2 (fully_shard, what memfit's fsdp_* "
+                   "layouts describe): it keeps plain-tensor states next to DTensor parameters (\"got mixed "
+                   "torch.Tensor and DTensor\"). Use DeepSpeed ZeRO (\"zero2\", \"zero3\"), where it steps flat "
+                   "partitions, or optimizer \"adamw\". (FSDP1 runs it on flat 1-D shards, unfactored: not modelled)");
   l.shard = l.dp;
   if (l.method == ParallelMethod::FsdpHybrid) l.shard = std::min(l.dp, r.parallelism.gpus_per_node);
 
@@ -286,16 +295,37 @@ u64 place_grads(const ModelStates& s, const Request& r, const Layout& l, const R
   return grads;
 }
 
+/// Elements of the largest flat tensor DeepSpeed ZeRO's optimizer steps on a rank that updates
+/// `trainable` parameters: the rank's partition of the decay group (Transformers' two parameter
+/// groups, with and without weight decay, hold all but norms and biases in the first); ZeRO-3
+/// steps sub-groups of at most sub_group_size elements (DeepSpeed's default 1e9, which the
+/// Transformers configs keep).
+u64 largest_flat_partition(const Layout& l, u64 trainable) {
+  constexpr u64 kZero3SubGroupSize = 1'000'000'000;
+  const u64 partition = div_ceil(trainable, l.shard);
+  return l.method == ParallelMethod::Zero3 ? std::min(partition, kZero3SubGroupSize) : partition;
+}
+
 /// Optimizer states and step temporaries (the rank's trainable share of them, sharded over
 /// `shard`), or their host copies when the optimizer is offloaded.
 void place_optimizer_states(const ModelStates& s, const Request& r, const Layout& l, u64 trainable, u64 shard,
                             RankStates& out) {
   const bool full = r.task == Task::Full;
   const u64 total_t = std::max<u64>(1, s.trainable);
-  out.states = div_ceil(scale(s.state_bytes, trainable, total_t), shard);
+  // DeepSpeed ZeRO hands the optimizer one flat fp32 partition per parameter group, not the
+  // model's tensors (stage_1_and_2.py: param_group['params'] = [single_partition_of_fp32_groups[i]];
+  // stage3.py _optimizer_step: [fp32_partitioned_groups_flat[sub_group_id]], sub-groups of at most
+  // sub_group_size elements), and Transformers lets any optimizer through
+  // (integrations/deepspeed.py: zero_allow_untested_optimizer = True when the Trainer made it).
+  // So an optimizer that reads shapes sees vectors (Adafactor keeps a full second moment), and a
+  // per-tensor step's temporaries are the size of the rank's whole partition of the group.
+  const bool flat = is_zero(l.method);
+  out.states = div_ceil(scale(flat ? s.flat_state_bytes : s.state_bytes, trainable, total_t), shard);
   out.paged_states = div_ceil(scale(s.paged_state_bytes, trainable, total_t), shard);
   out.step_temporary =
       s.step_temporary_per_tensor ? s.step_temporary : div_ceil(scale(s.step_temporary, trainable, total_t), shard);
+  if (flat && s.flat_step_bytes_per_element > 0)
+    out.step_temporary = mul(s.flat_step_bytes_per_element, largest_flat_partition(l, trainable));
   if (l.mixed == MixedMode::HalfMaster && is_zero(l.method) && full)
     out.step_temporary = add(out.step_temporary, div_ceil(mul(4, trainable), shard));  // fp32 gradient partition
   if (l.offload_optimizer) {

@@ -395,7 +395,8 @@ void add_outer_states(const Request& r, const StateDtypes& d, ModelStates& s) {
 }
 
 /// transformers.Adafactor's states of the whole model and its step's temporaries.
-void set_adafactor_states(const Request& r, const StateDtypes& d, ModelStates& s) {
+/// `flat_bytes`: bytes per element of the flat partition DeepSpeed ZeRO would hand it instead.
+void set_adafactor_states(const Request& r, const StateDtypes& d, u64 flat_bytes, ModelStates& s) {
   const ModelSpec& m = r.model;
   // transformers.Adafactor: factored second moment (fp32 row + column vectors) for matrices,
   // full for vectors; no first moment by default (beta1=None).
@@ -437,6 +438,12 @@ void set_adafactor_states(const Request& r, const StateDtypes& d, ModelStates& s
   const u64 pair = per == 4 ? s.step_pair_x4 : s.step_pair_x2;
   s.step_temporary = mul(4, std::max(pair, mul(per, s.largest_trainable_tensor)));
   s.step_temporary_per_tensor = true;
+  // A 1-D tensor is not factored (Adafactor._get_options: factored = len(grad_shape) >= 2): its
+  // second moment is a full fp32 zeros_like(grad.float()), and the step's temporaries are those
+  // of that one tensor (update = grad**2 + eps beside the pow; update = exp_avg_sq.rsqrt().mul_(grad)
+  // beside the previous update; -update beside update: two fp32 copies, four for a half tensor).
+  s.flat_state_bytes = mul(4, s.trainable);
+  s.flat_step_bytes_per_element = mul(4, flat_bytes < 4 ? 4 : 2);
 }
 
 /// Gradient, master and optimizer-state bytes (and the step's temporaries) of the trainable
@@ -464,6 +471,7 @@ void set_optimizer_states(const Request& r, const StateDtypes& d, MixedMode mixe
       // peak dump of tuning case mixtral/h256-L2-V1024/full/bf16/nogc/sdpa/b1s64/adamw_loop at div)
       s.step_temporary = mul(2, sb, s.largest_trainable_tensor);
       s.step_temporary_per_tensor = true;
+      s.flat_step_bytes_per_element = mul(2, sb);
       break;
     case Optimizer::AdamW8bit: s.state_bytes = bnb8_states(r, 2); break;  // step: one kernel per tensor, no temporaries
     case Optimizer::PagedAdamW8bit:
@@ -479,8 +487,9 @@ void set_optimizer_states(const Request& r, const StateDtypes& d, MixedMode mixe
       // one kernel per tensor without temporaries (CUDA kernel; the CPU backend's custom op)
       s.state_bytes = mul(4, n);
       break;
-    case Optimizer::Adafactor: set_adafactor_states(r, d, s); break;
+    case Optimizer::Adafactor: set_adafactor_states(r, d, sb, s); return;
   }
+  s.flat_state_bytes = s.state_bytes;  // an element-wise optimizer's states do not depend on shapes
 }
 
 }  // namespace

@@ -46,6 +46,13 @@ struct ModelStates {
   /// `n x current + previous` for n = 2 and n = 4 (a loop optimizer that keeps the previous tensor's
   /// result while it computes n temporaries of the current one: Adafactor)
   u64 step_pair_x2 = 0, step_pair_x4 = 0;
+  /// The same two figures when the optimizer steps one flat 1-D tensor per parameter group
+  /// (DeepSpeed ZeRO's fp32 partitions): the states of the whole model, and the temporaries per
+  /// element of the tensor being stepped (0: the optimizer has none that scale with one tensor).
+  /// They differ from state_bytes / step_temporary only where the optimizer reads a tensor's
+  /// shape (Adafactor factors matrices only).
+  u64 flat_state_bytes = 0;
+  u64 flat_step_bytes_per_element = 0;
   bool tied_embeddings = false;
 };
 

@@ -15,4 +15,11 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A well-formed request for a run that the framework itself refuses or fails on (it raises at
+/// start or at its first step). Its own type so that the validator can tell "memfit refuses,
+/// and so did PyTorch" (agreement) from a request memfit could not read.
+struct Rejected : Error {
+  using Error::Error;
+};
+
 }  // namespace memfit
