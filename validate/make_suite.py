@@ -53,6 +53,8 @@ LATER_HOLDOUTS = [
     (9, 20261202, 160, "on 2026-11-25 after the eighth holdout set's misses were fixed"),
     (10, 20261203, 160, "on 2026-11-25 before the ninth holdout set's misses were worked on"),
     (11, 20261204, 160, "on 2026-11-25 after the tenth holdout set's miss was fixed"),
+    (12, 20261207, 160, "on 2026-12-07 after the eleventh holdout set's miss was fixed and its FSDP2 Adafactor "
+                        "run refused"),
 ]
 
 
