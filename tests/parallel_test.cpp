@@ -250,7 +250,18 @@ TEST_CASE("transformers' Adafactor under DeepSpeed ZeRO steps flat partitions; u
   CHECK(part(z2_2, "temporary_buffers") >= 2 * 4 * (n / 2));
   CHECK(part(z3_2, "temporary_buffers") < 2 * 4 * (n / 2));
   // an element-wise optimizer is the same flat or not: AdamW's states stay 8 bytes per parameter
-  CHECK(part(run(llama("zero2", 8)), "optimizer_states") == 8 * n / 8);
+  const Estimate adamw = run(llama("zero2", 8));
+  CHECK(part(adamw, "optimizer_states") == 8 * n / 8);
+  // the flat-partition figures are from DeepSpeed's source: said as a warning, only where they apply
+  auto warns = [](const Estimate& e) {
+    for (const std::string& w : e.warnings)
+      if (w.find("flat fp32 partitions") != std::string::npos) return true;
+    return false;
+  };
+  CHECK(warns(z2));
+  CHECK(warns(z3));
+  CHECK_FALSE(warns(ddp));
+  CHECK_FALSE(warns(adamw));
 
   // FSDP2 (fully_shard) fails at the first step (holdout 11, measured): a refusal the validator
   // can tell from a request it could not read

@@ -1199,6 +1199,7 @@ Estimate estimate_from(const Request& r, AllocatedFrom from) {
   const ParamCounts params = count_params(r.model);
 
   Estimate e;
+  bool flat_partitions = false;  // a rank's optimizer figures come from DeepSpeed's flat partitions
   if (r.task == Task::Inference) {
     const u64 b = r.inference.batch_size, ctx = r.inference.context_length;
     const InferenceParts ip = inference_moments(r, s, layout, b, ctx);
@@ -1228,6 +1229,7 @@ Estimate estimate_from(const Request& r, AllocatedFrom from) {
     const SimulatedStep simulated = simulated_step_for(r);
     for (const RankRole& role : layout.roles) {
       const RankStates rs = rank_states(s, r, layout, role);
+      flat_partitions = flat_partitions || rs.flat_partition_figures;
       Estimate candidate = summarise(r, training_moments(r, s, layout, role, rs), rs.paged_states, rs.nccl, simulated, from);
       candidate.cpu_ram_bytes = rs.cpu_ram;
       if (busiest.empty() || candidate.device_total_bytes > e.device_total_bytes) {
@@ -1251,6 +1253,10 @@ Estimate estimate_from(const Request& r, AllocatedFrom from) {
   for (const std::string& n : e.notes) notes.push_back(n);
   e.notes = notes;
   e.warnings = warnings_of(r);
+  if (flat_partitions)
+    e.warnings.push_back(std::string("optimizer \"") + to_string(r.optimizer) +
+                         "\" under ZeRO steps DeepSpeed's flat fp32 partitions, not the model's tensors: its states and "
+                         "step temporaries are sized over those partitions from DeepSpeed's source, not measured");
   return e;
 }
 

@@ -326,6 +326,7 @@ void place_optimizer_states(const ModelStates& s, const Request& r, const Layout
       s.step_temporary_per_tensor ? s.step_temporary : div_ceil(scale(s.step_temporary, trainable, total_t), shard);
   if (flat && s.flat_step_bytes_per_element > 0)
     out.step_temporary = mul(s.flat_step_bytes_per_element, largest_flat_partition(l, trainable));
+  out.flat_partition_figures = flat && (s.flat_state_bytes != s.state_bytes || s.flat_step_bytes_per_element > 0);
   if (l.mixed == MixedMode::HalfMaster && is_zero(l.method) && full)
     out.step_temporary = add(out.step_temporary, div_ceil(mul(4, trainable), shard));  // fp32 gradient partition
   if (l.offload_optimizer) {

@@ -60,6 +60,9 @@ struct RankStates {
   u64 nccl = 0;             ///< NCCL buffers outside the allocator
   u64 cpu_ram = 0;          ///< host memory: offloaded states/params, pinned buffers
   u64 trainable = 0;        ///< trainable parameters this rank updates
+  /// The optimizer's states or step temporaries were sized over DeepSpeed's flat partitions, where
+  /// they differ from the model's tensors (from DeepSpeed's source: not measured)
+  bool flat_partition_figures = false;
 };
 [[nodiscard]] RankStates rank_states(const ModelStates& s, const Request& r, const Layout& l, const RankRole& role);
 
