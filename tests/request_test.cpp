@@ -232,6 +232,21 @@ TEST_CASE("hardware limits: FlashAttention-2 needs Ampere+ CUDA; bf16 without na
   j["precision"] = "bf16";
   const Request r = request_from_json(j);
   CHECK_THAT(r.warnings.back(), Catch::Matchers::Contains("no native bf16"));
+  // flash_attn takes fp16 / bf16 only: fp32 weights without autocast fail at the first forward,
+  // for LoRA, QLoRA and inference alike; autocast or half weights run
+  j["gpu"] = {{"name", "A100-80GB"}};
+  j["attention"] = "flash_attention_2";
+  for (const char* task : {"lora", "qlora", "full", "inference"}) {
+    INFO(task);
+    j["task"] = task;
+    j["precision"] = "fp32";
+    CHECK_THAT(error_of(j), Catch::Matchers::Contains("fp16 / bf16 only"));
+    CHECK(json::parse(estimate_json(j.dump())).value("rejected", false));
+    for (const char* ok : {"amp_bf16", "bf16", "fp16"}) {
+      j["precision"] = ok;
+      CHECK_NOTHROW(request_from_json(j));
+    }
+  }
 }
 
 TEST_CASE("a context longer than the model's positions: an error for learned positions, a note for RoPE",

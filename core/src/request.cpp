@@ -172,6 +172,14 @@ void check_capabilities(Request& r) {
     if (gpu && !gpu->bf16)
       throw Error(std::string("FlashAttention-2 needs an Ampere or newer GPU (sm80+); the ") + gpu->label +
                   " is older: use attention \"sdpa\"");
+    // flash_attn takes fp16 / bf16 only (flash_api.cpp: "FlashAttention only support fp16 and bf16
+    // data type"), and Transformers casts fp32 q/k/v to the autocast dtype, else to the dtype of the
+    // module's first Linear weight (integrations/flash_attention.py get_target_dtype; a quantized
+    // model's config.dtype), which is fp32 when the weights are and nothing autocasts.
+    if (r.precision == Precision::Fp32)
+      throw Rejected("FlashAttention-2 computes in fp16 / bf16 only: with fp32 weights and no autocast the run fails at "
+                     "its first forward (\"FlashAttention only support fp16 and bf16 data type\"); use precision "
+                     "\"amp_bf16\" (fp32 weights, bf16 autocast) or \"bf16\", or attention \"sdpa\"");
   }
   const u64 context = r.task == Task::Inference ? r.inference.context_length : r.sequence_length;
   if (r.model.max_positions == 0 || context <= r.model.max_positions) return;
