@@ -56,7 +56,9 @@ export function coreErrorField(message) {
   if (!entry && /LoRA target/i.test(message)) entry = ['targets', FIELD_INFO.targets];
   // "FlashAttention-2 needs an Ampere or newer GPU ...: use attention "sdpa"": the Attention control
   if (!entry && /^FlashAttention-2 /.test(message)) {
-    const sdpa = message.replace(/use attention "sdpa"/, 'set Attention to SDPA (or pick a newer GPU)');
+    const sdpa = message.replace(/use attention "sdpa"/, 'set Attention to SDPA (or pick a newer GPU)')
+      .replace(/use precision "amp_bf16" \(fp32 weights, bf16 autocast\) or "bf16", or attention "sdpa"/,
+        'set Precision to bf16 mixed precision or bf16, or Attention to SDPA');
     return { name: 'attn', message: sdpa + (/[.)]$/.test(sdpa) ? '' : '.') };
   }
   if (!entry) return null;

@@ -241,6 +241,19 @@ test('serving on 3 or 64 GPUs: tensor parallel as far as the heads allow, replic
   await context.close();
 });
 
+test('FlashAttention-2 over fp32 weights: refused at the Attention control, saying what runs', async () => {
+  const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=lora&gpu=A100-80GB&precision=fp32&attn=flash_attention_2');
+  await page.waitForSelector('#attn[aria-invalid="true"]');
+  assert.match(await text(page, '#msg-attn'), /^FlashAttention-2 computes in fp16 \/ bf16 only: .*set Precision to bf16 mixed precision or bf16, or Attention to SDPA/);
+  const before = await computed(page);
+  await page.selectOption('#precision', 'amp_bf16');
+  await page.waitForFunction((b) => Number(document.body.dataset.computed || 0) > b, before || 0);
+  assert.equal(await page.locator('#attn[aria-invalid]').count(), 0);
+  assert.match(await text(page, '#recommendation'), /^Recommended for training/);
+  assert.deepEqual(errors, []);
+  await context.close();
+});
+
 test('FlashAttention-2 on a GPU older than Ampere: the message sits at the Attention control and says what to pick', async () => {
   const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=qlora&gpu=T4-16GB&attn=flash_attention_2');
   await page.waitForSelector('#attn[aria-invalid="true"]');
