@@ -292,3 +292,35 @@ TEST_CASE("transformers' Adafactor under DeepSpeed ZeRO steps flat partitions; u
   for (const json& sk : plan["skipped"]) said = said || sk["error"].get<std::string>().find("DTensor") != std::string::npos;
   CHECK(said);
 }
+
+TEST_CASE("tensor parallelism keeps key/value heads whole: tp past them is refused, 'tp' picks a degree that fits", "[parallel][tp]") {
+  // Llama-3.1-8B: 32 query heads, 8 key/value heads (Megatron-LM asserts num_query_groups % tp == 0)
+  json j = {{"model", {{"id", "meta-llama/Llama-3.1-8B"}}}, {"precision", "bf16"}, {"micro_batch_size", 1},
+            {"sequence_length", 1024}, {"num_gpus", 16}, {"parallelism", {{"method", "tp"}, {"tp", 16}}}};
+  const json refused = json::parse(estimate_json(j.dump()));
+  REQUIRE(refused.contains("error"));
+  CHECK(refused.value("rejected", false));
+  CHECK_THAT(refused["error"].get<std::string>(), Catch::Matchers::Contains("num_key_value_heads (8) divisible by tp (16)"));
+  CHECK_THAT(refused["error"].get<std::string>(), Catch::Matchers::Contains("use tp 8 or fewer"));
+  // no explicit degree: the largest that divides heads, key/value heads and GPUs
+  j["parallelism"] = {{"method", "tp"}};
+  const Estimate chosen = run(j);
+  bool said = false;
+  for (const std::string& n : chosen.notes) said = said || n.find("num_key_value_heads (8) divisible by tp: 16 GPUs run as tp 8 x 2") != std::string::npos;
+  CHECK(said);
+  // the planner offers no such layout: Qwen3-30B-A3B has 4 key/value heads, so no tp 8 on 8 GPUs
+  json p = {{"model", {{"id", "Qwen/Qwen3-30B-A3B"}}}, {"cluster", {{"gpu", {{"name", "H100-80GB"}}}, {"num_gpus", 8}}}};
+  const json plan = json::parse(plan_json(p.dump()));
+  REQUIRE_FALSE(plan.contains("error"));
+  bool tp8 = false, tp4 = false;
+  for (const json& c : plan["candidates"]) {
+    tp8 = tp8 || c["tp"] == 8;
+    tp4 = tp4 || c["tp"] == 4;
+  }
+  CHECK_FALSE(tp8);
+  CHECK(tp4);
+  // multi-head latent attention has no key/value heads to split: DeepSeek-V2-Lite's 16 heads take tp 8
+  json mla = {{"model", {{"id", "deepseek-ai/DeepSeek-V2-Lite"}}}, {"precision", "bf16"}, {"micro_batch_size", 1},
+              {"sequence_length", 512}, {"num_gpus", 8}, {"parallelism", {{"method", "tp"}, {"tp", 8}}}};
+  CHECK_FALSE(json::parse(estimate_json(mla.dump())).contains("error"));
+}

@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <numeric>
 
 #include "memfit/error.hpp"
 
@@ -59,16 +60,22 @@ u64 scale(u64 x, u64 num, u64 den) {
   return static_cast<u64>(v);
 }
 
-/// "tp" with no explicit degree: the largest TP that divides both the attention heads and the
-/// GPUs (3 GPUs, 32 heads: TP 1; 64 GPUs: TP 32), the rest as data-parallel replicas, said in a note.
-static u64 tp_for_gpus(u64 heads, u64 gpus, std::vector<std::string>& notes) {
+/// "tp" with no explicit degree: the largest TP that divides the attention heads, the key/value
+/// heads and the GPUs (3 GPUs, 32 heads: TP 1; 64 GPUs: TP 32; 8 key/value heads: TP 8 at most),
+/// the rest as data-parallel replicas, said in a note.
+static u64 tp_for_gpus(const ModelSpec& m, u64 gpus, std::vector<std::string>& notes) {
   u64 tp = gpus;
-  while (tp > 1 && (heads % tp != 0 || gpus % tp != 0)) --tp;
+  while (tp > 1 && (m.heads % tp != 0 || !whole_kv_heads(m, tp) || gpus % tp != 0)) --tp;
   if (tp != gpus)
-    notes.push_back("tensor parallelism needs num_attention_heads (" + std::to_string(heads) + ") divisible by tp: " +
-                    std::to_string(gpus) + " GPUs run as tp " + std::to_string(tp) + " x " + std::to_string(gpus / tp) +
-                    " data-parallel replicas");
+    notes.push_back("tensor parallelism needs num_attention_heads (" + std::to_string(m.heads) + ")" +
+                    (m.kv_heads != m.heads ? " and num_key_value_heads (" + std::to_string(m.kv_heads) + ")" : std::string()) +
+                    " divisible by tp: " + std::to_string(gpus) + " GPUs run as tp " + std::to_string(tp) + " x " +
+                    std::to_string(gpus / tp) + " data-parallel replicas");
   return std::max<u64>(tp, 1);
+}
+
+bool whole_kv_heads(const ModelSpec& m, u64 tp) {
+  return tp <= 1 || m.attention == AttentionKind::MultiLatent || m.kv_heads == 0 || m.kv_heads % tp == 0;
 }
 
 Layout make_layout(const Request& r) {
@@ -79,7 +86,7 @@ Layout make_layout(const Request& r) {
   l.tp = p.tp;
   l.pp = p.pp;
   l.cp = p.cp;
-  if (l.method == ParallelMethod::Tp && l.tp == 1) l.tp = tp_for_gpus(r.model.heads, l.world / std::max<u64>(1, l.pp * l.cp), l.notes);
+  if (l.method == ParallelMethod::Tp && l.tp == 1) l.tp = tp_for_gpus(r.model, l.world / std::max<u64>(1, l.pp * l.cp), l.notes);
   if (l.method == ParallelMethod::Pp && l.pp == 1) l.pp = l.world / (l.tp * l.cp);
   const u64 model_parallel = mul(l.tp, l.pp, l.cp);
   if (model_parallel == 0 || l.world % model_parallel != 0)
@@ -96,6 +103,15 @@ Layout make_layout(const Request& r) {
   if (l.tp > 1 && m.heads % l.tp != 0)
     throw Error("tensor parallelism needs num_attention_heads (" + std::to_string(m.heads) + ") divisible by tp (" +
                 std::to_string(l.tp) + ")");
+  // Each rank holds whole key/value heads: Megatron-LM divides the query groups by tp
+  // (attention.py: num_query_groups_per_partition = divide(num_query_groups, world_size), which
+  // asserts); Transformers' tp_plan shards k_proj / v_proj column-wise and has no key/value head
+  // replication, so a rank with part of a head fails at the first forward's view (transformers
+  // issue #48307, Qwen3-VL-30B-A3B: 4 key/value heads at tp_size 8; torchtitan #2577 refuses it).
+  if (!whole_kv_heads(m, l.tp))
+    throw Rejected("tensor parallelism needs num_key_value_heads (" + std::to_string(m.kv_heads) + ") divisible by tp (" +
+                   std::to_string(l.tp) + "): each GPU must hold whole key/value heads (Megatron-LM asserts it); use tp " +
+                   std::to_string(std::gcd(m.kv_heads, l.tp)) + " or fewer, or FSDP / ZeRO for the rest of the GPUs");
   if (l.pp > m.layers)
     throw Error("pp (" + std::to_string(l.pp) + ") exceeds the number of layers (" + std::to_string(m.layers) + ")");
   if (l.cp > 1 && r.sequence_length % l.cp != 0)

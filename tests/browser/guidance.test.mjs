@@ -223,7 +223,7 @@ test('phone: the answer is pinned while the form is in view; layout names are wh
   await context.close();
 });
 
-test('serving on 3 or 64 GPUs: tensor parallel as far as the heads allow, replicas for the rest, said beside the answer', async () => {
+test('serving on 3 or 64 GPUs: tensor parallel as far as the heads (key/value heads too) allow, replicas for the rest, said beside the answer', async () => {
   const { page, errors, context } = await fresh('#model=meta-llama/Llama-3.1-8B&task=inference&gpus=3');
   await waitText(page, '#recommendation', /^Serving on 3 × /);
   assert.ok(await page.locator('#error').isHidden());
@@ -235,7 +235,8 @@ test('serving on 3 or 64 GPUs: tensor parallel as far as the heads allow, replic
   const before = await computed(page);
   await page.fill('#gpus', '64');
   await page.waitForFunction((b) => Number(document.body.dataset.computed) > b, before);
-  assert.match(await text(page, '#serving-notes'), /64 GPUs run as tp 32 x 2 data-parallel replicas/);
+  // 32 query heads but 8 key/value heads: each GPU holds whole key/value heads, so tp 8 at most
+  assert.match(await text(page, '#serving-notes'), /num_key_value_heads \(8\) divisible by tp: 64 GPUs run as tp 8 x 8 data-parallel replicas/);
   assert.doesNotMatch(await text(page, '#results'), /\bnull\b|undefined|NaN/);
   assert.deepEqual(errors, []);
   await context.close();
