@@ -55,6 +55,7 @@ LATER_HOLDOUTS = [
     (11, 20261204, 160, "on 2026-11-25 after the tenth holdout set's miss was fixed"),
     (12, 20261207, 160, "on 2026-12-07 after the eleventh holdout set's miss was fixed and its FSDP2 Adafactor "
                         "run refused"),
+    (13, 20261208, 160, "on 2026-12-07 after the twelfth holdout set's miss was fixed"),
 ]
 
 
