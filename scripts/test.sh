@@ -50,7 +50,7 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 #  2. the tuning set's shape-randomised and pattern cases, and
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
 #     with MEMFIT_CHECK_SEED=<seed>): both at MEMFIT_SHAPES_TOLERANCE, 2 % like the one-shape set
-#     (the replays hold it: cpu-suite-generated.jsonl 0 of 289 over 2 %, cpu-check.jsonl 0 of 300).
+#     (the replays hold it: cpu-suite-generated.jsonl 0 of 292 over 2 %, cpu-check.jsonl 0 of 300).
 # A case that crashes fails the stage whatever the tolerance; so does a LitGPT case when
 # ~/.cache/memfit/litgpt (installed by scripts/setup.sh python) is missing. The 15 LitGPT cases add
 # about 30-60 s.
@@ -110,7 +110,10 @@ rm -rf "$cases_dir"
 # changes, before any of its estimates was read: 1 of 159 over 2 % at its first replay (a DeepSeek-V3
 # full amp_bf16 SDPA run with checkpointing, +2.98 %, an over-estimate) and its Adafactor + FSDP2 run
 # refused as PyTorch rejects it; the miss's pattern was fixed on new tuning cases, so it is gated
-# at 2 % too (MEMFIT_HOLDOUT12_TOLERANCE).
+# at 2 % too (MEMFIT_HOLDOUT12_TOLERANCE). cpu_holdout13.json, drawn after the fixes of holdout 12's
+# session and measured before any of its estimates was read: 1 of 160 over 2 % at its first replay (a
+# StarCoder2 LoRA q/v fp32 SDPA run at 2 x 768, +3.21 %, an over-estimate); its pattern was fixed on
+# new tuning cases, so it is gated at 2 % too (MEMFIT_HOLDOUT13_TOLERANCE).
 replay_holdout() {  # LABEL RECORD TOLERANCE
   echo "CPU validation, holdout set$1: replay of data/measurements/$2"
   ./build/native/cli/memfit validate --replay "data/measurements/$2" --tolerance "$3"
@@ -122,6 +125,7 @@ replay_holdout " 9" cpu-holdout9.jsonl "${MEMFIT_HOLDOUT9_TOLERANCE:-2}"
 replay_holdout " 10" cpu-holdout10.jsonl "${MEMFIT_HOLDOUT10_TOLERANCE:-2}"
 replay_holdout " 11" cpu-holdout11.jsonl "${MEMFIT_HOLDOUT11_TOLERANCE:-2}"
 replay_holdout " 12" cpu-holdout12.jsonl "${MEMFIT_HOLDOUT12_TOLERANCE:-2}"
+replay_holdout " 13" cpu-holdout13.jsonl "${MEMFIT_HOLDOUT13_TOLERANCE:-2}"
 # BERT (validate/bert_suite.py; the encoder path: BertForMaskedLM with MLM labels and
 # BertForSequenceClassification, fed what HF Trainer feeds them): the tuning record and the check
 # record (other shapes, measured after the first BERT fixes, never tuned on; its two misses at the

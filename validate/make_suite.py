@@ -864,6 +864,13 @@ def pattern_cases():
               gradient_checkpointing=True, micro_batch_size=2, sequence_length=384),
         named("deepseek_v3", 0.5, 2, 2048, precision="amp_bf16", attention="sdpa",
               gradient_checkpointing=True, micro_batch_size=1, sequence_length=768),
+        # StarCoder2 (sliding window 32) with SDPA, no checkpointing, several rows at sequences far
+        # past the window (holdout 13's starcoder2 LoRA q/v fp32 nogc sdpa b2s768 pattern)
+        named("starcoder2", 0.5, 3, 2048, task="lora", attention="sdpa", micro_batch_size=2,
+              sequence_length=640, lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        named("starcoder2", 1, 2, 1024, task="lora", attention="sdpa", optimizer="sgd", micro_batch_size=3,
+              sequence_length=384, lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
+        named("starcoder2", 0.5, 2, 1024, attention="sdpa", micro_batch_size=2, sequence_length=512),
     ]
 
 

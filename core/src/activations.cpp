@@ -931,12 +931,16 @@ AttentionKernel sdpa_flash_attention(const Layer& L, Qkv qkv, Kept& kept) {
   // (mem_eff_alignment) when the key length is not one, and the padded copy is what is saved.
   const bool windowed_here = g.local_mask(seq);
   const bool layer_mask = (fam.per_layer_mask && m.causal) || (windowed_here && m.causal);
-  // With one K/V head, repeat_kv's expand + reshape at micro-batch 1 is a view: the kernel keeps
-  // k and v at their own width (measured, peak dump of tuning case
+  // With one K/V head, repeat_kv's expand + reshape is a view (the size-1 head dim merges with the
+  // stride-0 repeat), and SDPA's kernel takes it as it is at any batch: the kernel keeps k and v at
+  // their own width (measured, peak dump of tuning case
   // mistral/h64-L3-V2048/full/fp32/nogc/sdpa/b1s384/adafactor, window 32, 1 K/V head: per layer a
-  // (1, 1, 384, 16) k and a (384, 16) v alive at the loss backward, no (1, 4, 384, 16) copies).
-  // (Eager attention's kv_views, eager_qkv_kept, is the same view; larger batches are not measured.)
-  const bool kv_view = m.kv_heads == 1 && L.tokens == seq && !impl.kv_copied_to_heads;
+  // (1, 1, 384, 16) k and a (384, 16) v alive at the loss backward, no (1, 4, 384, 16) copies; at
+  // two rows, of tuning case starcoder2/h64-L2-V1024/full/fp32/nogc/sdpa/b2s512/adamw: a (2, 1, 512,
+  // 16) k and a (1024, 16) v per layer, no (2, 4, 512, 16) copies).
+  // (Eager attention's kv_views, eager_qkv_kept, is a view at micro-batch 1 only: matmul's fold of
+  // [b, heads] into one batch dim copies a stride-0 head dim when b > 1.)
+  const bool kv_view = m.kv_heads == 1 && !impl.kv_copied_to_heads;
   if (gqa && !mla && !kv_view && (windowed_here || layer_mask || impl.kv_copied_to_heads)) {
     qkv.k = mul(p, qw);
     qkv.v = mul(p, ow);

@@ -1428,10 +1428,11 @@ LayerSetup layer_setup(const Request& r, const FamilyRow& row, bool qv) {
   LayerSetup l;
   l.half = r.precision != Precision::Fp32 && !amp;  // half weights; autocast keeps fp32 weights
   l.eager = r.attention == AttentionImpl::Eager;
-  // eager attention with one K/V head at micro-batch 1 copies neither K nor V: repeat_kv's reshape
-  // merges the size-1 head dim with the stride-0 repeat (a view) and matmul's fold of [b, heads]
-  // into one batch dim is a view at b = 1 (modeling_llama.py repeat_kv; torch matmul)
-  const bool kv_views = l.eager && m.kv_heads == 1 && r.micro_batch_size == 1;
+  // one K/V head: repeat_kv's reshape merges the size-1 head dim with the stride-0 repeat (a view,
+  // modeling_llama.py repeat_kv), which SDPA's kernel takes at any batch (activations.cpp
+  // sdpa_flash_attention) and eager's matmul folds into one batch dim without a copy at b = 1 only
+  // (torch matmul)
+  const bool kv_views = m.kv_heads == 1 && (!l.eager || r.micro_batch_size == 1);
   l.gqa = m.kv_heads < m.heads && !kv_views;
   l.full = r.task == Task::Full;
   l.lora_all = r.task == Task::Lora && r.lora.all_linear;

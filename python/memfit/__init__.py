@@ -9,6 +9,7 @@ comes from the core: this package only converts between Python objects and the c
 """
 from ._api import (
     Error,
+    Rejected,
     defaults,
     defaults_json,
     estimate,
@@ -26,7 +27,7 @@ from .hf import from_model, from_trainer, from_training_args
 from .preflight import FitWarning, check, summary
 
 __all__ = [
-    "Error", "estimate", "plan", "models", "gpus", "defaults", "inspect",
+    "Error", "Rejected", "estimate", "plan", "models", "gpus", "defaults", "inspect",
     "estimate_json", "plan_json", "models_json", "gpus_json", "defaults_json", "inspect_json",
     "from_trainer", "from_model", "from_training_args", "check", "summary", "FitWarning", "MemfitCallback",
 ]

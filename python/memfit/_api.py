@@ -13,6 +13,11 @@ class Error(ValueError):
     """A request the core rejects; the message names the field and what to do."""
 
 
+class Rejected(Error):
+    """A run the framework itself would reject (it fails at start or at its first step), which the
+    core refuses rather than sizes: {"error": ..., "rejected": true}."""
+
+
 def _text(request, what):
     if isinstance(request, (bytes, bytearray)):
         return request.decode("utf-8")
@@ -29,7 +34,7 @@ def _text(request, what):
 def _parsed(text):
     result = json.loads(text)
     if isinstance(result, dict) and "error" in result:
-        raise Error(result["error"])
+        raise (Rejected if result.get("rejected") else Error)(result["error"])
     return result
 
 

@@ -111,3 +111,16 @@ def test_unreadable_file_and_unknown_command_exit_as_the_cli(cli):
         native, python = run([cli, *args]), run([sys.executable, "-m", "memfit", *args])
         assert python.returncode == native.returncode != 0
         assert python.stderr.splitlines()[0] == native.stderr.splitlines()[0].replace("usage: memfit", "usage: python -m memfit")
+
+
+def test_a_run_the_framework_rejects_is_a_rejected_error():
+    # FlashAttention-2 over fp32 weights without autocast fails at the first forward: memfit.Rejected,
+    # a memfit.Error, with the core's message; an unreadable request stays a plain memfit.Error
+    request = {"model": {"id": "meta-llama/Llama-3.1-8B"}, "task": "lora", "precision": "fp32",
+               "attention": "flash_attention_2", "gpu": {"name": "A100-80GB"}}
+    with pytest.raises(memfit.Rejected, match="fp16 / bf16 only"):
+        memfit.estimate(request)
+    assert json.loads(memfit.estimate_json(request))["rejected"] is True
+    with pytest.raises(memfit.Error) as caught:
+        memfit.estimate({"model": {"id": "no/such-model"}})
+    assert not isinstance(caught.value, memfit.Rejected)
