@@ -90,7 +90,11 @@ def test_generated_shapes_span_the_stated_ranges():
     assert {c["family"] for c in [{"family": c["name"].split("/")[0]} for c in CHECK]} == set(make_suite.FAMILIES)
     lora = [c for c in gen if c["task"] == "lora"]
     assert len({c["lora"]["rank"] for c in lora}) == 5
-    assert {c["optimizer"] for c in gen if c["task"] != "inference"} == set(make_suite.OPTIMIZERS)
+    # the random draws use every optimizer of OPTIMIZERS; a pattern case may add one they never draw
+    # (the loop AdamW of mixtral/h256-L2-V1024/full/bf16/nogc/sdpa/b1s64/adamw_loop)
+    drawn = {c["optimizer"] for c in gen if c["task"] != "inference"}
+    assert set(make_suite.OPTIMIZERS) <= drawn
+    assert drawn - set(make_suite.OPTIMIZERS) <= {"adamw_loop"}
 
 
 def test_shaped_selection_splits_the_tuning_set():
