@@ -56,6 +56,7 @@ LATER_HOLDOUTS = [
     (12, 20261207, 160, "on 2026-12-07 after the eleventh holdout set's miss was fixed and its FSDP2 Adafactor "
                         "run refused"),
     (13, 20261208, 160, "on 2026-12-07 after the twelfth holdout set's miss was fixed"),
+    (14, 20261209, 160, "on 2026-12-07 after the thirteenth holdout set's miss was fixed"),
 ]
 
 
