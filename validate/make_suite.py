@@ -872,6 +872,12 @@ def pattern_cases():
         named("starcoder2", 1, 2, 1024, task="lora", attention="sdpa", optimizer="sgd", micro_batch_size=3,
               sequence_length=384, lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "v_proj"], "dropout": 0.0}),
         named("starcoder2", 0.5, 2, 1024, attention="sdpa", micro_batch_size=2, sequence_length=512),
+        # FSDP2 full fine-tuning where the root unit (embedding, lm_head) outweighs the layers: a large
+        # vocabulary at short sequences (holdout 14's qwen3 fp32 fsdp_shard_grad_op pattern)
+        named("qwen3", 1, 2, 32000, attention="sdpa", micro_batch_size=2, sequence_length=32,
+              parallelism={"method": "fsdp_shard_grad_op", "dp": 2, "tp": 1}),
+        named("llama", 1.5, 3, 16384, attention="sdpa", optimizer="sgd", micro_batch_size=1, sequence_length=64,
+              parallelism={"method": "fsdp_full_shard", "dp": 2, "tp": 1}),
     ]
 
 

@@ -812,7 +812,10 @@ void layers_backward(const StepInputs& st, const StepTotals& t, std::vector<Mome
   }
 }
 
-/// Backward through a trained, tied token embedding (full fine-tune, one rank).
+/// The trainable parameters of FSDP2's root unit: embeddings, the untied head, the final norm.
+u64 root_trainable(const ModelStates& s) { return add(s.emb_t, add(s.head_t_split, s.head_t_repl)); }
+
+/// Backward through a trained, tied token embedding (full fine-tune, one rank or FSDP2's root).
 std::optional<Moment> tied_embedding_moment(const StepInputs& st, const StepTotals& t) {
   const Request& r = st.r;
   const ModelSpec& m = st.m;
@@ -827,14 +830,60 @@ std::optional<Moment> tied_embedding_moment(const StepInputs& st, const StepTota
   // gemma2/h384-L2-V32000/full/bf16/nogc/eager/b2s32/adamw and
   // falcon/h384-L3-V32000/full/amp_bf16/gc/eager/b2s64/adamw/gas2: 3 x [32000, 384] alive in
   // embedding_dense_backward / the input-buffer add, all layer gradients done).
-  if (!(r.task == Task::Full && st.role.embedding && s.tied_embeddings && s.emb_t > 0 && st.l.method == ParallelMethod::Single &&
-        !r.runtime.optimizer_in_backward))
+  // Under FSDP2 the tied table is the root unit's, unsharded there, and its gradients are whole
+  // (reduced only in the final callback): the head's and the embedding's [V, h] gradients and
+  // their sum beside the root's unsharded weights and the layers' sharded gradients (measured,
+  // tuning case llama/h192-L3-V16384/full/fp32/nogc/sdpa/b1s64/sgd/fsdp_full_shardx2: 3 x
+  // [16384, 192] fp32 beside the [16384, 192] unsharded table at the embedding's backward).
+  const bool root = rs.root_params > 0;
+  if (!(r.task == Task::Full && st.role.embedding && s.tied_embeddings && s.emb_t > 0 &&
+        (st.l.method == ParallelMethod::Single || root) && !r.runtime.optimizer_in_backward))
     return std::nullopt;
   Moment p = with_states("backward", st, t);
-  p.parts["gradients"] = rs.grads;
   p.parts["activations"] = t.shared_after;
-  const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), st.total_t);
-  p.parts["temporary_buffers"] = mul(t.grads_kept ? 3 : 2, table);
+  if (!root) {
+    p.parts["gradients"] = rs.grads;
+    const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), st.total_t);
+    p.parts["temporary_buffers"] = mul(t.grads_kept ? 3 : 2, table);
+    return p;
+  }
+  const u64 table = scale(mul(rs.grads, st.l.shard), mul(m.vocab, m.hidden), st.total_t);
+  p.parts["gradients"] = t.grads_kept ? rs.grads : sub_floor(rs.grads, scale(rs.grads, root_trainable(s), st.total_t));
+  // (and FULL_SHARD's last backward all-gather, layer 0's, held in comm_ctx.all_gather_state)
+  p.parts["communication_buffers"] = add(rs.root_params, st.l.method == ParallelMethod::FsdpShardGradOp ? 0 : rs.gather_held);
+  p.parts["temporary_buffers"] = mul(t.grads_kept ? 4 : 3, table);
+  return p;
+}
+
+/// FSDP2's final callback (the root unit's post-backward, run once every layer unit has reduced
+/// its gradients): the root's unsharded gradients are taken off its parameters, the parameters
+/// resharded, and foreach_reduce allocates the reduce-scatter input, copies the gradients into it
+/// and only then drops them, before the output shard is allocated (torch 2.15
+/// _fsdp_param_group.py post_backward, _fsdp_collectives.py foreach_reduce). On gloo the
+/// reduce-scatter works on one more copy of the input (measured, tuning case
+/// qwen3/h128-L2-V32000/full/fp32/nogc/sdpa/b2s32/adamw/fsdp_shard_grad_opx2 rank 0 at the end of
+/// backward: the [8192128] input, a [4096064] `split` over a copy of it and the [4096064] output,
+/// 2.5 x the root's gradients, beside the layers' sharded gradients). With a large vocabulary
+/// this is the step's peak.
+std::optional<Moment> fsdp2_root_reduce_moment(const StepInputs& st, const StepTotals& t) {
+  const Request& r = st.r;
+  const ModelStates& s = st.s;
+  const RankStates& rs = st.rs;
+  const Layout& l = st.l;
+  if (!(rs.root_params > 0 && r.task == Task::Full && st.role.embedding && st.role.head && l.shard > 1 &&
+        !r.runtime.optimizer_in_backward))
+    return std::nullopt;
+  const u64 root_sharded = scale(rs.grads, root_trainable(s), st.total_t);
+  const u64 root_grads = mul(root_sharded, l.shard);
+  Moment p = with_states("backward", st, t);
+  p.parts["gradients"] = t.grads_kept ? rs.grads : sub_floor(rs.grads, root_sharded);
+  // every layer unit is resharded after its backward; FULL_SHARD's last backward all-gather
+  // (layer 0's) stays in comm_ctx.all_gather_state
+  p.parts["communication_buffers"] = l.method == ParallelMethod::FsdpShardGradOp ? 0 : rs.gather_held;
+  p.parts["activations"] = t.shared_after;
+  const u64 copy_in = mul(2, root_grads);
+  const u64 after = add(add(root_grads, div_ceil(root_grads, l.shard)), r.device == Device::Cpu ? root_grads : 0);
+  p.parts["temporary_buffers"] = std::max(copy_in, after);
   return p;
 }
 
@@ -869,6 +918,7 @@ std::vector<Moment> training_moments(const Request& r, const ModelStates& s, con
   }
   layers_backward(st, t, out);
   if (std::optional<Moment> p = tied_embedding_moment(st, t)) out.push_back(*p);
+  if (std::optional<Moment> p = fsdp2_root_reduce_moment(st, t)) out.push_back(*p);
   out.push_back(optimizer_step_moment(st, t));
   return out;
 }

@@ -243,6 +243,9 @@ using ComputeBytes = std::function<u64(u64)>;
 void gathered_params(const HeldParams& h, const Request& r, const Layout& l, const ComputeBytes& compute_bytes,
                      RankStates& out) {
   const bool full = r.task == Task::Full;
+  // FSDP2's root unit (fully_shard of the whole model after its layers): embeddings, head, final
+  // norm. torchtune shards the root in its own way (below).
+  if (is_fsdp(l.method) && r.runtime.framework != Framework::Torchtune) out.root_params = compute_bytes(h.root_weights);
   if (l.method == ParallelMethod::FsdpShardGradOp) {
     out.gathered = compute_bytes(h.weights);  // every unit stays unsharded from its forward to the end of backward
   } else if (l.method == ParallelMethod::Zero3) {

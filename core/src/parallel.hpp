@@ -60,6 +60,7 @@ struct RankStates {
   u64 gathered = 0;         ///< unsharded parameters live during forward/backward (ZeRO-3/FSDP units)
   u64 gathered_root = 0;    ///< the part of `gathered` that is the root unit (embeddings, head, final norm)
   u64 gather_held = 0;      ///< FSDP2: the last forward all-gather's flat output, held until the next all-gather
+  u64 root_params = 0;      ///< FSDP2 (fully_shard of the whole model): the root unit's unsharded weights
   u64 buckets = 0;          ///< gradient buckets / reduce-scatter buffers
   u64 nccl = 0;             ///< NCCL buffers outside the allocator
   u64 cpu_ram = 0;          ///< host memory: offloaded states/params, pinned buffers
