@@ -815,6 +815,18 @@ void layers_backward(const StepInputs& st, const StepTotals& t, std::vector<Mome
 /// The trainable parameters of FSDP2's root unit: embeddings, the untied head, the final norm.
 u64 root_trainable(const ModelStates& s) { return add(s.emb_t, add(s.head_t_split, s.head_t_repl)); }
 
+/// A moment at the end of FSDP2's backward: the states, the layers' gradients sharded (the root's,
+/// whole until the final callback, are the caller's), every layer unit resharded after its
+/// backward but FULL_SHARD's last backward all-gather (layer 0's), held in comm_ctx.all_gather_state.
+Moment fsdp2_backward_end(const StepInputs& st, const StepTotals& t) {
+  const RankStates& rs = st.rs;
+  Moment p = with_states("backward", st, t);
+  p.parts["gradients"] = t.grads_kept ? rs.grads : sub_floor(rs.grads, scale(rs.grads, root_trainable(st.s), st.total_t));
+  p.parts["communication_buffers"] = st.l.method == ParallelMethod::FsdpShardGradOp ? 0 : rs.gather_held;
+  p.parts["activations"] = t.shared_after;
+  return p;
+}
+
 /// Backward through a trained, tied token embedding (full fine-tune, one rank or FSDP2's root).
 std::optional<Moment> tied_embedding_moment(const StepInputs& st, const StepTotals& t) {
   const Request& r = st.r;
@@ -848,11 +860,10 @@ std::optional<Moment> tied_embedding_moment(const StepInputs& st, const StepTota
     return p;
   }
   const u64 table = scale(mul(rs.grads, st.l.shard), mul(m.vocab, m.hidden), st.total_t);
-  p.parts["gradients"] = t.grads_kept ? rs.grads : sub_floor(rs.grads, scale(rs.grads, root_trainable(s), st.total_t));
-  // (and FULL_SHARD's last backward all-gather, layer 0's, held in comm_ctx.all_gather_state)
-  p.parts["communication_buffers"] = add(rs.root_params, st.l.method == ParallelMethod::FsdpShardGradOp ? 0 : rs.gather_held);
-  p.parts["temporary_buffers"] = mul(t.grads_kept ? 4 : 3, table);
-  return p;
+  Moment q = fsdp2_backward_end(st, t);
+  q.parts["communication_buffers"] = add(q.parts["communication_buffers"], rs.root_params);
+  q.parts["temporary_buffers"] = mul(t.grads_kept ? 4 : 3, table);
+  return q;
 }
 
 /// FSDP2's final callback (the root unit's post-backward, run once every layer unit has reduced
@@ -873,14 +884,8 @@ std::optional<Moment> fsdp2_root_reduce_moment(const StepInputs& st, const StepT
   if (!(rs.root_params > 0 && r.task == Task::Full && st.role.embedding && st.role.head && l.shard > 1 &&
         !r.runtime.optimizer_in_backward))
     return std::nullopt;
-  const u64 root_sharded = scale(rs.grads, root_trainable(s), st.total_t);
-  const u64 root_grads = mul(root_sharded, l.shard);
-  Moment p = with_states("backward", st, t);
-  p.parts["gradients"] = t.grads_kept ? rs.grads : sub_floor(rs.grads, root_sharded);
-  // every layer unit is resharded after its backward; FULL_SHARD's last backward all-gather
-  // (layer 0's) stays in comm_ctx.all_gather_state
-  p.parts["communication_buffers"] = l.method == ParallelMethod::FsdpShardGradOp ? 0 : rs.gather_held;
-  p.parts["activations"] = t.shared_after;
+  const u64 root_grads = mul(scale(rs.grads, root_trainable(s), st.total_t), l.shard);
+  Moment p = fsdp2_backward_end(st, t);
   const u64 copy_in = mul(2, root_grads);
   const u64 after = add(add(root_grads, div_ceil(root_grads, l.shard)), r.device == Device::Cpu ? root_grads : 0);
   p.parts["temporary_buffers"] = std::max(copy_in, after);
