@@ -851,19 +851,19 @@ std::optional<Moment> tied_embedding_moment(const StepInputs& st, const StepTota
   if (!(r.task == Task::Full && st.role.embedding && s.tied_embeddings && s.emb_t > 0 &&
         (st.l.method == ParallelMethod::Single || root) && !r.runtime.optimizer_in_backward))
     return std::nullopt;
-  Moment p = with_states("backward", st, t);
-  p.parts["activations"] = t.shared_after;
-  if (!root) {
-    p.parts["gradients"] = rs.grads;
-    const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), st.total_t);
-    p.parts["temporary_buffers"] = mul(t.grads_kept ? 3 : 2, table);
+  if (root) {
+    Moment p = fsdp2_backward_end(st, t);
+    const u64 table = scale(mul(rs.grads, st.l.shard), mul(m.vocab, m.hidden), st.total_t);
+    p.parts["communication_buffers"] = add(p.parts["communication_buffers"], rs.root_params);
+    p.parts["temporary_buffers"] = mul(t.grads_kept ? 4 : 3, table);
     return p;
   }
-  const u64 table = scale(mul(rs.grads, st.l.shard), mul(m.vocab, m.hidden), st.total_t);
-  Moment q = fsdp2_backward_end(st, t);
-  q.parts["communication_buffers"] = add(q.parts["communication_buffers"], rs.root_params);
-  q.parts["temporary_buffers"] = mul(t.grads_kept ? 4 : 3, table);
-  return q;
+  Moment p = with_states("backward", st, t);
+  p.parts["gradients"] = rs.grads;
+  p.parts["activations"] = t.shared_after;
+  const u64 table = scale(rs.grads, mul(m.vocab, m.hidden), st.total_t);
+  p.parts["temporary_buffers"] = mul(t.grads_kept ? 3 : 2, table);
+  return p;
 }
 
 /// FSDP2's final callback (the root unit's post-backward, run once every layer unit has reduced

@@ -65,7 +65,7 @@ u64 scale(u64 x, u64 num, u64 den) {
 /// the rest as data-parallel replicas, said in a note.
 static u64 tp_for_gpus(const ModelSpec& m, u64 gpus, std::vector<std::string>& notes) {
   u64 tp = gpus;
-  while (tp > 1 && (m.heads % tp != 0 || !whole_kv_heads(m, tp) || gpus % tp != 0)) --tp;
+  while (tp > 1 && (!whole_heads(m, tp) || gpus % tp != 0)) --tp;
   if (tp != gpus)
     notes.push_back("tensor parallelism needs num_attention_heads (" + std::to_string(m.heads) + ")" +
                     (m.kv_heads != m.heads ? " and num_key_value_heads (" + std::to_string(m.kv_heads) + ")" : std::string()) +
@@ -74,8 +74,10 @@ static u64 tp_for_gpus(const ModelSpec& m, u64 gpus, std::vector<std::string>& n
   return std::max<u64>(tp, 1);
 }
 
-bool whole_kv_heads(const ModelSpec& m, u64 tp) {
-  return tp <= 1 || m.attention == AttentionKind::MultiLatent || m.kv_heads == 0 || m.kv_heads % tp == 0;
+bool whole_heads(const ModelSpec& m, u64 tp) {
+  if (tp <= 1) return true;
+  const bool kv_whole = m.attention == AttentionKind::MultiLatent || m.kv_heads == 0 || m.kv_heads % tp == 0;
+  return m.heads % tp == 0 && kv_whole;
 }
 
 Layout make_layout(const Request& r) {
@@ -108,7 +110,7 @@ Layout make_layout(const Request& r) {
   // asserts); Transformers' tp_plan shards k_proj / v_proj column-wise and has no key/value head
   // replication, so a rank with part of a head fails at the first forward's view (transformers
   // issue #48307, Qwen3-VL-30B-A3B: 4 key/value heads at tp_size 8; torchtitan #2577 refuses it).
-  if (!whole_kv_heads(m, l.tp))
+  if (!whole_heads(m, l.tp))  // the query heads divide (above): the key/value heads do not
     throw Rejected("tensor parallelism needs num_key_value_heads (" + std::to_string(m.kv_heads) + ") divisible by tp (" +
                    std::to_string(l.tp) + "): each GPU must hold whole key/value heads (Megatron-LM asserts it); use tp " +
                    std::to_string(std::gcd(m.kv_heads, l.tp)) + " or fewer, or FSDP / ZeRO for the rest of the GPUs");

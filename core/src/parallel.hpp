@@ -41,9 +41,9 @@ struct Layout {
   std::vector<std::string> notes;
 };
 
-/// Whether tensor parallelism of degree tp gives every rank whole key/value heads (make_layout
-/// refuses the other degrees; MLA's latent K/V has no heads to split).
-[[nodiscard]] bool whole_kv_heads(const ModelSpec& m, u64 tp);
+/// Whether tensor parallelism of degree tp gives every rank whole query and key/value heads
+/// (make_layout refuses the other degrees; MLA's latent K/V has no key/value heads to split).
+[[nodiscard]] bool whole_heads(const ModelSpec& m, u64 tp);
 
 /// Validates the degrees against num_gpus and fills the roles. Throws Error with what to fix.
 [[nodiscard]] Layout make_layout(const Request& r);

@@ -78,7 +78,7 @@ std::vector<LayoutSpec> layouts(const Request& r) {
   // with Megatron-style tensor or pipeline parallelism: no TP/PP layouts for QLoRA.
   if (r.task == Task::Qlora) return out;
   for (u64 tp = 2; tp <= std::min(n, node); tp *= 2) {
-    if (n % tp != 0 || r.model.heads % tp != 0 || !detail::whole_kv_heads(r.model, tp)) continue;
+    if (n % tp != 0 || !detail::whole_heads(r.model, tp)) continue;
     const u64 dp = n / tp;
     add_layout(dp > 1 ? "tp " + std::to_string(tp) + " x dp " + std::to_string(dp) : "tp " + std::to_string(tp),
                ParallelMethod::Tp, tp, 1, false, false);
@@ -89,7 +89,7 @@ std::vector<LayoutSpec> layouts(const Request& r) {
     const u64 rest = n / pp;
     add_layout(rest > 1 ? "pp " + std::to_string(pp) + " x dp " + std::to_string(rest) : "pp " + std::to_string(pp),
                ParallelMethod::Pp, 1, pp, false, false);
-    if (rest > 1 && rest <= node && rest % 2 == 0 && r.model.heads % rest == 0 && detail::whole_kv_heads(r.model, rest))
+    if (rest > 1 && rest <= node && rest % 2 == 0 && detail::whole_heads(r.model, rest))
       add_layout("tp " + std::to_string(rest) + " x pp " + std::to_string(pp), ParallelMethod::Tp, rest, pp, false, false);
   }
   return out;
