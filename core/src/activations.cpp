@@ -1483,7 +1483,19 @@ u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivatio
     const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
     const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
     const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
-    out.moe_weight_grad_moment = sub_floor(made, released);
+    // Earlier, at the act * up node: d(act) and d(up) [S, i] next to dm [S, i] and the incoming
+    // gradient, the down stack's gradient made (estimate.cpp adds it to this moment too), and the
+    // saved tensors the nodes after it have released: the down output and routing weight (the
+    // weighting mul's) and act * up (down's grouped_mm keeps its input only while the weight
+    // needs a gradient). Measured, peak dumps of mixtral/h128-L2-V1024/full/bf16/gc/sdpa/b3s512
+    // and b2s512/sgd_momentum (data/measurements/cpu-open-misses.jsonl) at the recomputed layer
+    // 0's mul: two mul [S, i] beside _grouped_mm's dm [S, i], the gate_up output and silu's, both
+    // layers' down-stack gradients, no act * up and no down output; the dense MLP's 3 x [S, i]
+    // over the saved tensors read +8.6 % and +6.9 % there.
+    const u64 route_w = L.fam.fp32_route_weights ? 4 : d.residual;
+    const u64 at_mul = sub_floor(add(mul(tokens, d.residual, h), mul(tokens, moe_slots, xp, mul(3, wi))),
+                                 mul(tokens, moe_slots, add(mul(xp, add(wi, h)), route_w)));
+    out.moe_weight_grad_moment = std::max(sub_floor(made, released), at_mul);
   }
   return mlp_bwd;
 }
@@ -1503,7 +1515,10 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
   // casts); with a LoRA adapter on down_proj the base and adapter paths each produce a [T, i]
   // gradient and the engine sums them out of place (3 x [T, i] at once). A gated MLP's mul node
   // then produces d(act) and d(up) next to dm (3 x [T, i]) before releasing act and up.
-  u64 mlp_bwd = mul(tokens, mul(3, wp, width_i));
+  // (trained fused experts: their act * up node's moment comes after the down stack's gradient,
+  // moe_backward's moe_weight_grad_moment)
+  const bool fused_experts_trained = g.moe && full && !g.experts_on_every_token;
+  u64 mlp_bwd = fused_experts_trained ? 0 : mul(tokens, mul(3, wp, width_i));
   u64 mlp_at_down = 0;  // dense MLPs: the down projection's node (MoE: its whole worst moment)
   if (g.moe) mlp_bwd = moe_backward(L, w, mlp_bwd, out);
   u64 down_cast = 0;  // the down projection's half weight copy (see amp_weight_casts_kept)

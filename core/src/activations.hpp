@@ -95,8 +95,9 @@ struct LayerActivations {
   /// after the routed experts have released what they saved; extra live at its act * up node
   /// beyond what the layer saves (its three [T, i] gradients and the incoming one); 0: no such moment
   u64 shared_expert_backward = 0;
-  u64 moe_weight_grad_moment = 0;        ///< trained fused experts: extra live at gate_up's weight gradient
-                                         ///< (the new [E, h, 2i] stack gradient; the layer's own .grad not included)
+  u64 moe_weight_grad_moment = 0;        ///< trained fused experts: extra live at the worst moment after down's
+                                         ///< node (the act * up node, or gate_up's weight gradient with the
+                                         ///< new [E, h, 2i] stack gradient); the layer's own .grad not included
   /// A sequential block's second RMSNorm (Python ops over fp32): extra live at its backward, after
   /// the MLP block's, beyond what the layer saves less what the MLP block has released; 0: no such norm
   u64 mlp_norm_backward = 0;

@@ -189,7 +189,7 @@ struct LayerRun {
   u64 late_grad;      ///< gradients alive at the attention's worst backward moment (layer_grads)
   u64 new_grads;      ///< with gradients kept: the new, not yet accumulated, gradient (new_weight_grads)
   u64 mlp_at_down;    ///< extra live at the down projection's node
-  u64 moe_wgrad;      ///< trained fused experts: extra live at gate_up's weight gradient
+  u64 moe_wgrad;      ///< trained fused experts: extra live after down's node (act * up's node, gate_up's weight gradient)
   u64 moe_down_grad;  ///< ... and the down stack's gradient then
   u64 shared_bwd;     ///< a shared expert whose backward runs last: extra live at it
   u64 shared_grad;    ///< ... and the gradients made by then
