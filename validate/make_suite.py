@@ -58,6 +58,7 @@ LATER_HOLDOUTS = [
     (13, 20261208, 160, "on 2026-12-07 after the twelfth holdout set's miss was fixed"),
     (14, 20261209, 160, "on 2026-12-07 after the thirteenth holdout set's miss was fixed"),
     (15, 20261210, 160, "on 2026-12-07 after the fourteenth holdout set's misses were fixed"),
+    (16, 20261211, 160, "on 2026-12-07 after the fifteenth holdout set's clean first replay"),
 ]
 
 
