@@ -160,6 +160,86 @@ def cases():
     return qlora_cases() + optimizer_cases() + lora_dropout_cases() + framework_cases() + litgpt_cases()
 
 
+# A holdout of the frameworks' steps (data/validation/README.md "Why a holdout set"): the cases
+# above run at one shape, most on llama-tiny, so the frameworks' rules had never been checked on
+# other shapes, families and settings. Drawn once with its own seed, measured before any of its
+# estimates was read; its first replay is the unseen figure.
+FRAMEWORK_HOLDOUT_SEED = 20261212
+FRAMEWORK_HOLDOUT = 48
+HOLDOUT_OUT = os.path.join(ROOT, "data", "validation", "cpu_holdout_frameworks.json")
+
+
+def _drawn_shape(rng, fam, config_of):
+    """(k, layers, vocab, config, b, s) of a random shape of `fam` within make_suite's step budget."""
+    import make_suite as ms
+    k = rng.choice(ms.tiny.variant_scales(fam))
+    layers = rng.choice((2, 4) if fam in ms.tiny.EVEN_LAYERS else (2, 3, 4))
+    vocab = rng.choice(ms.VOCABS)
+    config = config_of(ms.tiny.variant(fam, k, layers, vocab))
+    for _ in range(50):
+        b, s = rng.randint(1, 4), rng.choice(ms.SEQUENCES)
+        if ms.step_flops(config, b, s) <= ms.FLOP_BUDGET:
+            return k, layers, vocab, config, b, s
+    return k, layers, vocab, config, 1, 32
+
+
+def _holdout_case(rng, fw):
+    """One random case of framework `fw` (the settings its runner in validate/frameworks.py takes)."""
+    import make_suite as ms
+    untie = fw == "litgpt"
+
+    def config_of(c):
+        if untie:
+            c["tie_word_embeddings"] = False
+            c.pop("rope_scaling", None)
+        return c
+    fam = rng.choice(ms.FAMILIES) if fw in ("transformers", "trl") else "llama"
+    k, layers, vocab, config, b, s = _drawn_shape(rng, fam, config_of)
+    task = rng.choice(("full", "lora"))
+    kw = {"micro_batch_size": b, "sequence_length": s, "task": task, "runtime": {"framework": fw}}
+    if fw in ("transformers", "trl"):
+        kw["precision"] = rng.choice(("fp32", "bf16", "amp_bf16") if task == "full" else ("fp32", "bf16"))
+        kw["gradient_checkpointing"] = rng.random() < 0.5
+        kw["attention"] = "eager" if fam in ms.NO_SDPA else rng.choice(("eager", "sdpa"))
+        kw["optimizer"] = rng.choice(("adamw_fused", "adamw_fused", "adamw", "sgd", "adafactor"))
+        kw["gradient_accumulation_steps"] = 2 if rng.random() < 0.2 else 1
+        tag, targets = rng.choice(ms.lora_target_choices(fam))
+    elif fw == "torchtune":
+        kw["precision"] = rng.choice(("fp32", "bf16"))
+        kw["gradient_checkpointing"] = rng.random() < 0.5
+        kw["optimizer"] = "adamw_fused"
+        kw["runtime"]["loss_chunks"] = 8
+        tag, targets = rng.choice([("all", "all-linear"), ("qv", ["q_proj", "v_proj"]),
+                                   ("attn", ["q_proj", "k_proj", "v_proj", "o_proj"])])
+    else:  # litgpt: no checkpointing on one device, its default optimizer the per-tensor AdamW
+        kw["precision"] = rng.choice(("fp32", "amp_bf16", "bf16"))
+        kw["optimizer"] = rng.choice(("adamw_loop", "adamw_loop", "sgd"))
+        tag, targets = rng.choice([("all", "all-linear"), ("qv", ["q_proj", "v_proj"])])
+    if task == "lora":
+        rank = rng.choice((4, 8, 16, 32))
+        kw["lora"] = {"rank": rank, "alpha": 2 * rank, "targets": targets, "dropout": 0.0}
+    name = f"holdout-fw/{fw}/" + ms.training_name(fam, config, layers, kw, tag if task == "lora" else None)
+    return case(fam, name, config, f"validate/make_tiny_configs.py variant({fam}, k={k}, layers={layers}, "
+                f"vocab={vocab})" + (", untied, no rope_scaling" if untie else ""), **kw)
+
+
+def holdout_cases():
+    """FRAMEWORK_HOLDOUT cases, the four frameworks in turn, drawn with FRAMEWORK_HOLDOUT_SEED."""
+    import random
+    rng = random.Random(FRAMEWORK_HOLDOUT_SEED)
+    frameworks = ("transformers", "trl", "torchtune", "litgpt")
+    out, names = [], set()
+    for i in range(FRAMEWORK_HOLDOUT):
+        c = _holdout_case(rng, frameworks[i % len(frameworks)])
+        base, n = c["name"], 2
+        while c["name"] in names:
+            c["name"] = f"{base}#{n}"
+            n += 1
+        names.add(c["name"])
+        out.append(c)
+    return out
+
+
 def main():
     cs = cases()
     suite = {"description": "memfit CPU validation suite, issue 8: QLoRA through bitsandbytes' CPU backend, "
@@ -170,6 +250,15 @@ def main():
         json.dump(suite, f, indent=1)
         f.write("\n")
     print(f"wrote {len(cs)} cases to {OUT}")
+    hs = holdout_cases()
+    with open(HOLDOUT_OUT, "w") as f:
+        json.dump({"description": f"memfit CPU validation, frameworks holdout: {FRAMEWORK_HOLDOUT} cases drawn with seed "
+                                  f"{FRAMEWORK_HOLDOUT_SEED} over the frameworks' runners (Transformers Trainer, TRL "
+                                  "SFTTrainer: every family; torchtune, LitGPT: Llama shapes), measured before any of "
+                                  "their estimates was read. Generated by validate/suite_frameworks.py.",
+                   "defaults": {"steps": 2}, "cases": hs}, f, indent=1)
+        f.write("\n")
+    print(f"wrote {len(hs)} cases to {HOLDOUT_OUT}")
 
 
 if __name__ == "__main__":
