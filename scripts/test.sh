@@ -50,7 +50,7 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 #  2. the tuning set's shape-randomised and pattern cases, and
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
 #     with MEMFIT_CHECK_SEED=<seed>): both at MEMFIT_SHAPES_TOLERANCE, 2 % like the one-shape set
-#     (the replays hold it: cpu-suite-generated.jsonl 0 of 302 over 2 %, cpu-check.jsonl 0 of 300).
+#     (the replays hold it: cpu-suite-generated.jsonl 0 of 303 over 2 %, cpu-check.jsonl 0 of 300).
 # A case that crashes fails the stage whatever the tolerance; so does a LitGPT case when
 # ~/.cache/memfit/litgpt (installed by scripts/setup.sh python) is missing. The 15 LitGPT cases add
 # about 30-60 s.

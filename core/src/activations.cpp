@@ -1469,6 +1469,20 @@ u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivatio
   out.shared_expert_backward = shared_expert_bwd;
   mlp_bwd = std::max(mlp_bwd, out.moe_backward_start);
   mlp_bwd = std::max(mlp_bwd, add(mul(tokens, d.residual, h), merged_grad));
+  if (g.experts_on_every_token) return mlp_bwd;
+  // At the act * up node: d(act) and d(up) [S, i] next to dm [S, i] and the incoming gradient,
+  // and the saved tensors the nodes after it have released: the down output and routing weight
+  // (the weighting mul's) and, where down's weight needs a gradient, act * up (grouped_mm keeps
+  // its input only then). Trained experts have made the down stack's gradient by then (estimate.cpp
+  // adds it to this moment). Measured, peak dumps of mixtral/h128-L2-V1024/full/bf16/gc/sdpa/b3s512
+  // and b2s512/sgd_momentum at the recomputed layer 0's mul: two mul [S, i] beside _grouped_mm's
+  // dm [S, i], the gate_up output and silu's, both layers' down-stack gradients, no act * up and no
+  // down output; the dense MLP's 3 x [S, i] over every saved tensor read +8.6 % and +6.9 % there,
+  // and +1.5 % on the frozen experts of mixtral/h128-L2-V1024/lora-r8-attn/bf16/gc/sdpa/b3s512.
+  const u64 wi = g.mlp_intermediate, route_w = L.fam.fp32_route_weights ? 4 : d.residual;
+  const u64 released_by_mul = mul(tokens, moe_slots, add(mul(xp, add(h, w.mb.experts_trained ? wi : 0)), route_w));
+  const u64 at_mul = sub_floor(add(mul(tokens, d.residual, h), mul(tokens, moe_slots, xp, mul(3, wi))), released_by_mul);
+  if (!full) return std::max(mlp_bwd, at_mul);
   // Trained fused experts (full fine-tuning): gate_up's grouped_mm node makes its input gradient
   // [S, h] and then the weight gradient of the whole stack [E, h, 2i] next to d(gate_up) [S, 2i];
   // by then the block's nodes after it have released gate_up's output, the activation's, act * up
@@ -1476,27 +1490,13 @@ u64 moe_backward(const Layer& L, const LayerWalk& w, u64 mlp_bwd, LayerActivatio
   // mixtral/h512-L2-V2048/full/bf16/gc/eager/b4s64/sgd at the recomputed layer 0's _grouped_mm:
   // the bf16 [4, 3584, 512] weight gradient, cat [512, 3584], _grouped_mm [512, 512] and the
   // gathered input beside down_proj's [4, 512, 1792] gradient (estimate.cpp adds the latter).
-  if (full && !g.experts_on_every_token) {
-    u64 stack = 0;
-    for (const Linear& l : g.linears)
-      if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
-    const u64 gate_saves = g.clamped_glu_experts ? 4 : 1, wi = g.mlp_intermediate;
-    const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
-    const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
-    // Earlier, at the act * up node: d(act) and d(up) [S, i] next to dm [S, i] and the incoming
-    // gradient, the down stack's gradient made (estimate.cpp adds it to this moment too), and the
-    // saved tensors the nodes after it have released: the down output and routing weight (the
-    // weighting mul's) and act * up (down's grouped_mm keeps its input only while the weight
-    // needs a gradient). Measured, peak dumps of mixtral/h128-L2-V1024/full/bf16/gc/sdpa/b3s512
-    // and b2s512/sgd_momentum (data/measurements/cpu-open-misses.jsonl) at the recomputed layer
-    // 0's mul: two mul [S, i] beside _grouped_mm's dm [S, i], the gate_up output and silu's, both
-    // layers' down-stack gradients, no act * up and no down output; the dense MLP's 3 x [S, i]
-    // over the saved tensors read +8.6 % and +6.9 % there.
-    const u64 route_w = L.fam.fp32_route_weights ? 4 : d.residual;
-    const u64 at_mul = sub_floor(add(mul(tokens, d.residual, h), mul(tokens, moe_slots, xp, mul(3, wi))),
-                                 mul(tokens, moe_slots, add(mul(xp, add(wi, h)), route_w)));
-    out.moe_weight_grad_moment = std::max(sub_floor(made, released), at_mul);
-  }
+  u64 stack = 0;
+  for (const Linear& l : g.linears)
+    if (l.routed && l.input == LinearInput::MlpIn) stack = add(stack, l.weight_params());
+  const u64 gate_saves = g.clamped_glu_experts ? 4 : 1;
+  const u64 made = add(mul(tokens, add(mul(d.residual, h), mul(moe_slots, xp, add(mul(2, wi), h)))), mul(xp, stack));
+  const u64 released = mul(tokens, moe_slots, xp, add(mul(wi, add(3, gate_saves)), h));
+  out.moe_weight_grad_moment = std::max(sub_floor(made, released), at_mul);
   return mlp_bwd;
 }
 
@@ -1515,10 +1515,9 @@ void mlp_backward(const Layer& L, const LayerWalk& w, LayerActivations& out) {
   // casts); with a LoRA adapter on down_proj the base and adapter paths each produce a [T, i]
   // gradient and the engine sums them out of place (3 x [T, i] at once). A gated MLP's mul node
   // then produces d(act) and d(up) next to dm (3 x [T, i]) before releasing act and up.
-  // (trained fused experts: their act * up node's moment comes after the down stack's gradient,
-  // moe_backward's moe_weight_grad_moment)
-  const bool fused_experts_trained = g.moe && full && !g.experts_on_every_token;
-  u64 mlp_bwd = fused_experts_trained ? 0 : mul(tokens, mul(3, wp, width_i));
+  // (fused experts sorted by expert: their act * up node's moment is moe_backward's)
+  const bool fused_experts = g.moe && !g.experts_on_every_token;
+  u64 mlp_bwd = fused_experts ? 0 : mul(tokens, mul(3, wp, width_i));
   u64 mlp_at_down = 0;  // dense MLPs: the down projection's node (MoE: its whole worst moment)
   if (g.moe) mlp_bwd = moe_backward(L, w, mlp_bwd, out);
   u64 down_cast = 0;  // the down projection's half weight copy (see amp_weight_casts_kept)
