@@ -50,7 +50,7 @@ echo "== CPU validation suite: memfit validate, estimates vs real PyTorch traini
 #  2. the tuning set's shape-randomised and pattern cases, and
 #  3. a random sample of the check set (MEMFIT_CHECK_SAMPLE cases; its seed is printed, rerun it
 #     with MEMFIT_CHECK_SEED=<seed>): both at MEMFIT_SHAPES_TOLERANCE, 2 % like the one-shape set
-#     (the replays hold it: cpu-suite-generated.jsonl 0 of 303 over 2 %, cpu-check.jsonl 0 of 300).
+#     (the replays hold it: cpu-suite-generated.jsonl 0 of 305 over 2 %, cpu-check.jsonl 0 of 300).
 # A case that crashes fails the stage whatever the tolerance; so does a LitGPT case when
 # ~/.cache/memfit/litgpt (installed by scripts/setup.sh python) is missing. The 15 LitGPT cases add
 # about 30-60 s.
@@ -119,8 +119,9 @@ rm -rf "$cases_dir"
 # at 3 x 384, +4.32 %). Both patterns were fixed on new tuning cases (FSDP2's root unit at the end
 # of backward; the experts' act * up node), so it is gated at 2 % too (MEMFIT_HOLDOUT14_TOLERANCE).
 # cpu_holdout15.json, drawn after those fixes and measured before any of its estimates was read: 0 of
-# 160 over 2 % at its first replay (max 1.91 %), gated at 2 % (MEMFIT_HOLDOUT15_TOLERANCE); it stays
-# unseen evidence only while no formula is tuned on what its replays show.
+# 160 over 2 % at its first replay (max 1.91 %), gated at 2 % (MEMFIT_HOLDOUT15_TOLERANCE);
+# cpu_holdout16.json likewise (0 of 160, max 1.15 %; MEMFIT_HOLDOUT16_TOLERANCE). They stay unseen
+# evidence only while no formula is tuned on what their replays show.
 replay_holdout() {  # LABEL RECORD TOLERANCE
   echo "CPU validation, holdout set$1: replay of data/measurements/$2"
   ./build/native/cli/memfit validate --replay "data/measurements/$2" --tolerance "$3"
@@ -135,6 +136,13 @@ replay_holdout " 12" cpu-holdout12.jsonl "${MEMFIT_HOLDOUT12_TOLERANCE:-2}"
 replay_holdout " 13" cpu-holdout13.jsonl "${MEMFIT_HOLDOUT13_TOLERANCE:-2}"
 replay_holdout " 14" cpu-holdout14.jsonl "${MEMFIT_HOLDOUT14_TOLERANCE:-2}"
 replay_holdout " 15" cpu-holdout15.jsonl "${MEMFIT_HOLDOUT15_TOLERANCE:-2}"
+replay_holdout " 16" cpu-holdout16.jsonl "${MEMFIT_HOLDOUT16_TOLERANCE:-2}"
+# The frameworks holdout (cpu_holdout_frameworks.json, validate/suite_frameworks.py: 48 cases over
+# the Trainer, TRL, torchtune and LitGPT runners at random shapes), measured before any of its
+# estimates was read: 2 of 48 over 2 % at its first replay, both under-estimates at large
+# vocabularies (TRL LoRA -13.05 %, LitGPT full amp_bf16 -6.92 %), open; replayed as a regression
+# guard at 14 % until they are fixed (MEMFIT_HOLDOUT_FW_TOLERANCE).
+replay_holdout " frameworks" cpu-holdout-frameworks.jsonl "${MEMFIT_HOLDOUT_FW_TOLERANCE:-14}"
 # BERT (validate/bert_suite.py; the encoder path: BertForMaskedLM with MLM labels and
 # BertForSequenceClassification, fed what HF Trainer feeds them): the tuning record and the check
 # record (other shapes, measured after the first BERT fixes, never tuned on; its two misses at the

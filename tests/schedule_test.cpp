@@ -409,7 +409,7 @@ TEST_CASE("[.sched-holdout] schedule vs the holdout records", "[.sched-holdout]"
   print_schedule_vs_records({"cpu-holdout.jsonl", "cpu-holdout2.jsonl", "cpu-holdout3.jsonl", "cpu-holdout4.jsonl",
                              "cpu-holdout5.jsonl", "cpu-holdout6.jsonl", "cpu-holdout7.jsonl", "cpu-holdout8.jsonl", "cpu-holdout9.jsonl",
                              "cpu-holdout10.jsonl", "cpu-holdout11.jsonl", "cpu-holdout12.jsonl", "cpu-holdout13.jsonl",
-                             "cpu-holdout14.jsonl", "cpu-holdout15.jsonl"});
+                             "cpu-holdout14.jsonl", "cpu-holdout15.jsonl", "cpu-holdout16.jsonl"});
 }
 
 // Diagnosis: the live allocations at the schedule's peak for the record named by $MEMFIT_CASE in

@@ -907,6 +907,15 @@ def pattern_cases():
         named("mixtral", 1, 2, 1024, task="lora", precision="bf16", attention="sdpa", optimizer="sgd_momentum",
               gradient_checkpointing=True, micro_batch_size=3, sequence_length=512,
               lora={"rank": 8, "alpha": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"], "dropout": 0.0}),
+        # Autocast with checkpointing and accumulation, where a later micro-batch's loss (beside the
+        # kept gradients) is the step's peak: autocast's weight cache and the fp32 logits copy there
+        # (holdout 16's qwen3 full amp_bf16 gc sdpa gas2 case, where the tensor schedule read -3.82 %)
+        named("llama", 3, 3, 2048, precision="amp_bf16", attention="sdpa", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=256, gradient_accumulation_steps=2),
+        named("qwen3", 2, 2, 4096, precision="amp_bf16", attention="sdpa", gradient_checkpointing=True,
+              micro_batch_size=2, sequence_length=192, gradient_accumulation_steps=2),
+        # (a third, qwen2/h224-L3-V1024/full/amp_bf16/gc/sdpa/b1s512/adamw/gas2, reads +2.71 % at its
+        # MLP backward: data/measurements/cpu-open-misses.jsonl, not fixed)
     ]
 
 

@@ -361,6 +361,7 @@ struct ListState {
   int out = -1;  ///< the carried output (last entry)
   int returned = -1;  ///< a checkpointed list's tensor the caller keeps until the next list ends
   std::vector<int> weight_grads;
+  std::vector<int> cached;  ///< a checkpointed list's autocast weight casts, alive until autocast exits
 };
 
 /// Forward of one list. `input` is the carried tensor entry 0 stands for ("carried" entries).
@@ -383,9 +384,16 @@ ListState forward(Sink& sink, const Resolved& r, int input, bool checkpointed, b
     if (r.at[j].dies_at != kKeep && r.at[j].dies_at >= l.size() - 1 && st.ids[j] >= 0 && j != 0 && j != r.out)
       sink.free(st.ids[j]), st.ids[j] = -1;
   if (checkpointed) {
+    // torch.autocast caches the cast of every weight that needs a gradient until the outermost
+    // autocast region exits (autocast_mode.cpp cached_cast; clear_cache on exit), which the
+    // Trainer's compute_loss_context_manager leaves after the loss: the checkpoint's forward
+    // keeps no cast for backward, the cache does (measured, peak dump of holdout 16's
+    // qwen3/h384-L3-V2048/full/amp_bf16/gc/sdpa/b2s384/adamw/gas2 at micro-batch 2's nll_loss:
+    // every layer's bf16 weight copies beside the kept fp32 gradients)
     for (size_t j = 1; j < l.size(); ++j) {
       if (st.ids[j] < 0 || j == r.out) continue;
       if (l[j].dies_after == "next_layer") st.returned = st.ids[j];  // the layer returns it
+      else if (r.at[j].forward_part == Part::AutocastWeightCopies) st.cached.push_back(st.ids[j]);
       else sink.free(st.ids[j]);
       st.ids[j] = -1;
     }
@@ -913,6 +921,17 @@ int layers_forward(StepRun& st, int carried) {
   return carried;
 }
 
+/// Autocast exits after the loss: the weight casts its cache kept through a checkpointed forward go.
+void free_autocast_cache(StepRun& st) {
+  each_run(st, false, [&](LayerRun& lr) {
+    st.sink.repeat(lr.count, [&](u64 k) {
+      ListState& ls = lr.states[st.sink.slot(k)];
+      for (int id : ls.cached) st.sink.free(id);
+      ls.cached.clear();
+    });
+  });
+}
+
 /// Frees the embedding list's tensors that live until the decoder stack returns.
 void free_shared(StepRun& st, ListState& e, bool checkpoint_inputs) {
   // tensors the decoder stack shares (the eager causal mask) die when it returns; under
@@ -985,6 +1004,7 @@ void micro_batch(StepRun& st, u64 step, u64 micro) {
   const int carried = layers_forward(st, e.out);
   free_shared(st, e, !s.checkpointing);
   ListState h = forward(sink, st.head, carried, false, false);
+  if (s.checkpointing) free_autocast_cache(st);
   // loss.backward() seeds the backward with ones_like(loss), a 0-d fp32 tensor held until the
   // backward returns (torch/autograd/__init__.py _make_grads)
   const int seed = sink.alloc(4, Part::LogitsLoss, "loss.grad_seed");
