@@ -1840,18 +1840,30 @@ LayerActivations layer_activations(const ModelSpec& m, const LayerGroup& g, cons
 /// hidden gradient [N, h] and a trained head's weight gradient [V, h] in fp32. On devices without
 /// Triton (CPU) the tile is folded by torch ops instead of the kernel: at the worst moment of
 /// _backward_tile seven fp32 [N, V] tensors and a bool one are alive (measured, peak dump of
-/// llama/trl/full/fp32/nogc/sdpa in validate/frameworks.py).
+/// llama/trl/full/fp32/nogc/sdpa in validate/frameworks.py). There too, over a half compute dtype,
+/// _addmm_fp32 accumulates each chunk's gradients as acc.addmm_(a.float(), b.float()) (torch.addmm's
+/// out_dtype only on CUDA): fp32 copies of the tile [n, c] and of the weight chunk [c, h] for the
+/// hidden gradient, of the transposed tile and the hidden rows [n, h] for a trained head's, beside
+/// the chunk's own cast to the compute dtype when the head is stored wider (measured, peak dump of
+/// the frameworks holdout's trl/llama/h256-L3-V32000/lora-r8-qv/bf16/gc/sdpa/b1s32/sgd: the fp32
+/// [32000, 256] and [31, 32000] copies beside the bf16 [31, 32768] buffer; -13.05 % without them).
 HeadActivations trl_fused_head(const ModelSpec& m, const Request& r, u64 norm_saved, bool head_trainable, u64 tokens) {
   constexpr u64 kTokenTile = 4096, kChunk = 32768, kCpuTileTemps = 7 * 4 + 1;
   const Dtypes d = dtypes_for(r);
   const u64 n = sub_floor(tokens, r.micro_batch_size), h = m.hidden, v = m.vocab;
   HeadActivations out;
   out.saved = add(mul(tokens, norm_saved), mul(n, add(mul(d.residual, h), 8 + 4 + 4 + 4)));
-  const u64 tile = mul(std::min(n, kTokenTile), kChunk, d.compute);
+  const u64 rows = std::min(n, kTokenTile), tile = mul(rows, kChunk, d.compute);
   out.loss_forward_peak = add(tile, mul(n, 7 * 4));
   out.loss_backward_peak = add(tile, add(mul(4, n, h), head_trainable ? mul(4, v, h) : 0));
-  if (r.device == Device::Cpu)
-    out.loss_backward_peak = add(out.loss_backward_peak, mul(std::min(n, kTokenTile), v, kCpuTileTemps));
+  if (r.device != Device::Cpu) return out;
+  u64 fold = mul(rows, v, kCpuTileTemps);
+  if (d.compute == 2) {
+    const u64 c = std::min(v, kChunk), chunk_cast = d.amp || kbit_upcast(r) ? mul(c, h, 2) : 0;
+    fold = std::max(fold, add(chunk_cast, mul(4, add(mul(rows, c), mul(c, h)))));
+    if (head_trainable) fold = std::max(fold, add(chunk_cast, mul(4, add(mul(rows, c), mul(rows, h)))));
+  }
+  out.loss_backward_peak = add(out.loss_backward_peak, fold);
   return out;
 }
 

@@ -88,7 +88,7 @@ constexpr FrameworkTraits kFrameworks[] = {
      "sanity validation before them and any interval validation / sample generation",
      "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy); "
      "FSDP: finetune/lora.py at 8641822..v0.5.7 (FSDPStrategy(auto_wrap_policy={Block}), no_backward_sync)",
-     false, true, true, true, false, true, true, true, true},
+     false, true, true, true, false, true, true, true, true, true},
     // 0.5.8 (281510ab "Do not wrap LoRA layers with FSDP", #1538) to 0.5.10: auto_wrap_policy=
     // {torch.nn.Linear}: the frozen Linears are units of their own; the adapters, norms and the
     // embedding share the root unit's flat parameter (its gradient is not modelled).
@@ -98,7 +98,7 @@ constexpr FrameworkTraits kFrameworks[] = {
      "sanity validation before them and any interval validation / sample generation",
      "litgpt 0.5.13 finetune/lora.py, finetune/full.py, lora.py, model.py, utils.py (chunked_cross_entropy); "
      "FSDP: finetune/lora.py v0.5.8..v0.5.10 (FSDPStrategy(auto_wrap_policy={torch.nn.Linear}), no_backward_sync)",
-     false, true, false, true, false, true, true, true, true},
+     false, true, false, true, false, true, true, true, true, true},
     // 0.5.11 (5ac69b06, #2086) on: lora.py ModelParallelStrategy + fully_shard per trainable Linear
     // and Block (FSDP2: per-parameter gradients, only the adapters get one).
     {Framework::Litgpt, "litgpt", "0.5.11", "0.5.13", 0.05, LT::QueryValue,
@@ -107,7 +107,7 @@ constexpr FrameworkTraits kFrameworks[] = {
      "sanity validation before them and any interval validation / sample generation",
      "litgpt 0.5.13 finetune/lora.py (ModelParallelStrategy, parallelize_fn), finetune/full.py, lora.py, model.py, utils.py "
      "(chunked_cross_entropy)",
-     false, true, false, true, false, true, true, true, true},
+     false, true, false, true, false, true, true, true, true, true},
     // Axolotl: model loaded in bf16 when bf16 is on (its examples set bf16: auto), Trainer
     // underneath; PEFT targets from lora_target_modules / lora_target_linear, dropout 0.0
     // when unset; QLoRA through prepare_model_for_kbit_training.

