@@ -919,17 +919,22 @@ def pattern_cases():
     ]
 
 
+def name_uniquely(c, names):
+    """Names are how results are matched: a second draw of a name gets "#2", a third "#3", ..."""
+    base, n = c["name"], 2
+    while c["name"] in names:
+        c["name"] = f"{base}#{n}"
+        n += 1
+    names.add(c["name"])
+
+
 def generated_cases():
     """GENERATED random cases, families in turn; split (tuning, check) by the same seed."""
     rng = random.Random(SEED)
     cases = [draw_case(rng, FAMILIES[i % len(FAMILIES)]) for i in range(GENERATED)]
     names = set()
-    for c in cases:   # names are how results are matched: make them unique
-        base, n = c["name"], 2
-        while c["name"] in names:
-            c["name"] = f"{base}#{n}"
-            n += 1
-        names.add(c["name"])
+    for c in cases:
+        name_uniquely(c, names)
     order = list(range(len(cases)))
     rng.shuffle(order)
     cut = int(round(TUNING_SHARE * len(cases)))
@@ -956,11 +961,7 @@ def holdout_cases(seed=HOLDOUT_SEED, count=HOLDOUT, prefix="holdout/", taken=fro
             attempt += 1
             c = draw_case(random.Random(f"{seed}/{i}/{attempt}"), fam)
         c["name"] = prefix + c["name"]
-        base, n = c["name"], 2
-        while c["name"] in names:
-            c["name"] = f"{base}#{n}"
-            n += 1
-        names.add(c["name"])
+        name_uniquely(c, names)
         cases.append(c)
     return cases
 

@@ -259,14 +259,11 @@ def holdout_cases():
     import random
     rng = random.Random(FRAMEWORK_HOLDOUT_SEED)
     frameworks = ("transformers", "trl", "torchtune", "litgpt")
+    from make_suite import name_uniquely
     out, names = [], set()
     for i in range(FRAMEWORK_HOLDOUT):
         c = _holdout_case(rng, frameworks[i % len(frameworks)])
-        base, n = c["name"], 2
-        while c["name"] in names:
-            c["name"] = f"{base}#{n}"
-            n += 1
-        names.add(c["name"])
+        name_uniquely(c, names)
         out.append(c)
     return out
 
