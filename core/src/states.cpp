@@ -349,6 +349,7 @@ void add_layers_states(const Request& r, const StateDtypes& d, ModelStates& s) {
 /// on the outer Linears otherwise.
 void add_outer_states(const Request& r, const StateDtypes& d, ModelStates& s) {
   const ModelSpec& m = r.model;
+  const FrameworkTraits& fw = framework_traits(r.runtime.framework, r.runtime.framework_version);
   // Outside the layers: embeddings, head, norms (never quantized: bitsandbytes skips lm_head).
   const ParamCounts pc = count_params(m);
   const u64 ob = d.full ? d.weight_bytes : d.frozen_bytes;
@@ -359,8 +360,7 @@ void add_outer_states(const Request& r, const StateDtypes& d, ModelStates& s) {
   // quantizes lm_head too.
   const bool bnb4 = r.quantization == Quantization::Nf4 || r.quantization == Quantization::Nf4Double ||
                     r.quantization == Quantization::Fp4;
-  if ((r.task == Task::Qlora || d.inference) && bnb4 && head_split > 0 &&
-      framework_traits(r.runtime.framework, r.runtime.framework_version).bnb_quantizes_lm_head)
+  if ((r.task == Task::Qlora || d.inference) && bnb4 && head_split > 0 && fw.bnb_quantizes_lm_head)
     s.head_w_split = add(div_ceil(mul(head_split, d.quant_bits_x1024), 8 * 1024), quant_state_constants(r.quantization));
   s.head_w_repl = mul(ob, add(pc.other, m.lm_head.bias_params()));
   if (d.full) {
@@ -382,8 +382,7 @@ void add_outer_states(const Request& r, const StateDtypes& d, ModelStates& s) {
     // LitGPT steps its own lm_head right before the token table (measured, peak dump of the
     // frameworks holdout's litgpt/llama/h256-L3-V16384/full/amp_bf16/nogc/sdpa/b1s192/adamw_loop at
     // wte's division: lm_head's [16384, 256] denom beside wte's sqrt and quotient)
-    if (s.emb_t > 0 && head_split > 0 &&
-        framework_traits(r.runtime.framework, r.runtime.framework_version).head_steps_before_embedding) {
+    if (s.emb_t > 0 && head_split > 0 && fw.head_steps_before_embedding) {
       s.step_pair_x2 = std::max(s.step_pair_x2, add(mul(2, m.embedding_params), head_split));
       s.step_pair_x4 = std::max(s.step_pair_x4, add(mul(4, m.embedding_params), head_split));
     }
